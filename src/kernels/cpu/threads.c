@@ -1,0 +1,43 @@
+/* threads.c: the one place that sets OpenMP and OpenBLAS thread counts (CLI --threads). */
+#include "../kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef IM_OPENBLAS
+#include <cblas.h>
+#endif
+
+void k_set_threads(int n) {
+    if (n < 1) n = 1;
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+#ifdef IM_OPENBLAS
+    openblas_set_num_threads(n);
+#endif
+}
+
+int k_get_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+const char *k_blas_name(void) {
+#ifdef IM_OPENBLAS
+    return "openblas";
+#else
+    return "none";
+#endif
+}
+
+const char *k_omp_name(void) {
+#ifdef _OPENMP
+    return "omp";
+#else
+    return "serial";
+#endif
+}

@@ -1,0 +1,250 @@
+/* kernels.h: the closed list of compute kernels, and the only boundary between model code and
+ * OpenMP / BLAS (later CUDA).
+ *
+ * Every kernel `k_<name>` (fast CPU version, src/kernels/cpu/) has a scalar reference
+ * `k_<name>_ref` (src/kernels/ref/) with the same signature. The reference is obviously correct,
+ * single-threaded and never uses BLAS; tests compare the two. Model and layer code calls only
+ * `k_<name>`. KERNEL_LIST below is the registry: adding a kernel means one line there, one
+ * declaration pair here, and its parity test.
+ *
+ * Conventions (written once, used everywhere):
+ *  - Plain float* row-major buffers, contiguous, dimensions in the signature. Shapes in comments.
+ *  - Outputs named y/o/... are written (=). Gradients named d* ACCUMULATE (+=): the caller zeroes
+ *    them. A NULL gradient pointer means "not wanted" and is skipped.
+ *  - Our own kernels are bit-identical at any OpenMP thread count: every reduction is done by one
+ *    thread in a fixed order (BLAS calls are the exception and are tested, not assumed).
+ *  - No kernel allocates, except for bounded per-call scratch documented at the kernel.
+ *  - Gradients of matmul-like ops: dW += dy^T x, so parameter gradients of a batch sum over rows.
+ */
+#ifndef IMPLICIT_KERNELS_H
+#define IMPLICIT_KERNELS_H
+
+#include <stddef.h>
+
+/* Registry of kernel names (used by tests and benches to report coverage). */
+#define KERNEL_LIST(X) \
+    X(gemm) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
+    X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
+    X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
+    X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
+    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(rope_fwd) X(rope_bwd) \
+    X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
+    X(adamw) X(sumsq) X(axpby)
+
+/* ---- threads -------------------------------------------------------------------------------- */
+/* Set the number of threads used by OpenMP kernels and by OpenBLAS (no-op without them). */
+void k_set_threads(int n);
+int k_get_threads(void);
+/* "none"/"openblas" and "omp"/"serial": what this build uses, for banners and bench tables. */
+const char *k_blas_name(void);
+const char *k_omp_name(void);
+
+/* ---- GEMM ----------------------------------------------------------------------------------- */
+/* C = alpha * op(A) @ op(B) + beta * C       row-major; op(X) = X or X^T (transA/transB = 0/1)
+ * op(A):(M,K)  op(B):(K,N)  C:(M,N); lda/ldb/ldc are row strides of A, B, C as stored.
+ * beta = 0 means C is written without being read (NaNs in C are ignored). */
+void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+            const float *B, int ldb, float beta, float *C, int ldc);
+void k_gemm_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+
+/* y = x @ W^T (+ b)          x:(M,C)  W:(OC,C)  b:(OC)|NULL  y:(M,OC)     writes y */
+void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC);
+void k_linear_fwd_ref(float *y, const float *x, const float *W, const float *b, int M, int C, int OC);
+/* dx += dy @ W;  dW += dy^T @ x;  db += sum_M dy      any of dx, dW, db may be NULL */
+void k_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+                  int M, int C, int OC);
+void k_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const float *x,
+                      const float *W, int M, int C, int OC);
+
+/* ---- weight normalisation (spec implicit-lm §6): W_i = s_i * v_i / ||v_i||, one s per row ----
+ * g:(R)  v:(R,C)  W:(R,C) written.  If g == NULL, s_i = target (norm_no_scale); if clip > 0, the
+ * factor s_i/||v_i|| is min(factor, clip). Rows with ||v_i|| = 0 give W_i = 0. */
+void k_weightnorm_fwd(float *W, const float *g, const float *v, int R, int C, float target, float clip);
+void k_weightnorm_fwd_ref(float *W, const float *g, const float *v, int R, int C, float target, float clip);
+/* dg += <dW_i, v_i>/||v_i||;   dv += (s_i/||v_i||)(dW_i - <dW_i,v_i> v_i/||v_i||^2)
+ * (when g == NULL, dg is ignored and the s_i = target path is differentiated; clipped rows pass
+ * dW_i * factor to dv with no normalisation term) */
+void k_weightnorm_bwd(float *dg, float *dv, const float *dW, const float *g, const float *v, int R,
+                      int C, float target, float clip);
+void k_weightnorm_bwd_ref(float *dg, float *dv, const float *dW, const float *g, const float *v,
+                          int R, int C, float target, float clip);
+
+/* ---- normalisation -------------------------------------------------------------------------- */
+/* y = x * rstd * w, rstd = (mean(x^2) + eps)^-1/2 per row.   x,y:(M,C) w:(C) rstd:(M) written
+ * (rstd may be NULL when no backward follows). y may alias x. */
+void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M, int C, float eps);
+void k_rmsnorm_fwd_ref(float *y, float *rstd, const float *x, const float *w, int M, int C, float eps);
+/* dx += r*a - (r^3/C) x sum(a*x), a = dy*w;  dw += sum_M dy * x * r      dx, dw may be NULL */
+void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                   const float *rstd, int M, int C);
+void k_rmsnorm_bwd_ref(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                       const float *rstd, int M, int C);
+/* Gated RMSNorm (norm_before_gate = false): v = x * silu(z); y = v * rstd(v) * w.
+ * x,z,y:(M,C) w:(C) rstd:(M)|NULL written. */
+void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, const float *w,
+                         int M, int C, float eps);
+void k_gated_rmsnorm_fwd_ref(float *y, float *rstd, const float *x, const float *z, const float *w,
+                             int M, int C, float eps);
+/* dx, dz, dw accumulate; any may be NULL. */
+void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x,
+                         const float *z, const float *w, const float *rstd, int M, int C);
+void k_gated_rmsnorm_bwd_ref(float *dx, float *dz, float *dw, const float *dy, const float *x,
+                             const float *z, const float *w, const float *rstd, int M, int C);
+
+/* ---- softmax and cross-entropy -------------------------------------------------------------- */
+/* y = softmax(x) per row (max-subtracted).  x,y:(M,C); y may alias x. */
+void k_softmax(float *y, const float *x, int M, int C);
+void k_softmax_ref(float *y, const float *x, int M, int C);
+/* loss[i] = logsumexp(logits_i) - logits_i[t_i], or 0 where t_i == ignore.
+ * logits:(M,V) targets:(M) loss:(M) written. CHECKs 0 <= t_i < V for non-ignored rows. */
+void k_xent_fwd(float *loss, const float *logits, const int *targets, int M, int V, int ignore);
+void k_xent_fwd_ref(float *loss, const float *logits, const int *targets, int M, int V, int ignore);
+/* dlogits_i += dloss_i * (softmax(logits_i) - onehot(t_i)); rows with t_i == ignore untouched.
+ * dloss:(M) (e.g. 1/count for a mean loss). */
+void k_xent_bwd(float *dlogits, const float *logits, const int *targets, const float *dloss, int M,
+                int V, int ignore);
+void k_xent_bwd_ref(float *dlogits, const float *logits, const int *targets, const float *dloss,
+                    int M, int V, int ignore);
+
+/* ---- activations (elementwise, n floats) ---------------------------------------------------- */
+/* y = x * sigmoid(x); y may alias x */
+void k_silu_fwd(float *y, const float *x, size_t n);
+void k_silu_fwd_ref(float *y, const float *x, size_t n);
+/* dx += dy * silu'(x),  silu'(x) = s(1 + x(1 - s)), s = sigmoid(x) */
+void k_silu_bwd(float *dx, const float *dy, const float *x, size_t n);
+void k_silu_bwd_ref(float *dx, const float *dy, const float *x, size_t n);
+/* y = silu(a) * b  (SwiGLU: a = W1 x "gate", b = W3 x "up") */
+void k_swiglu_fwd(float *y, const float *a, const float *b, size_t n);
+void k_swiglu_fwd_ref(float *y, const float *a, const float *b, size_t n);
+/* da += dy * b * silu'(a);  db += dy * silu(a)      da, db may be NULL */
+void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const float *b, size_t n);
+void k_swiglu_bwd_ref(float *da, float *db, const float *dy, const float *a, const float *b, size_t n);
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+/* y[i] = E[ids[i]]     ids:(M)  E:(V,D)  y:(M,D) written.  CHECKs 0 <= ids[i] < V (callers
+ * validate user input first and report a runtime error). */
+void k_embed_fwd(float *y, const int *ids, const float *E, int M, int V, int D);
+void k_embed_fwd_ref(float *y, const int *ids, const float *E, int M, int V, int D);
+/* dE[ids[i]] += dy[i]   (scatter-add; deterministic order over i) */
+void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D);
+void k_embed_bwd_ref(float *dE, const float *dy, const int *ids, int M, int V, int D);
+
+/* ---- causal depthwise conv1d (spec §1.4) ----------------------------------------------------- */
+/* y[b,t,c] = bias[c] + sum_{k=0..W-1} w[c,k] * x[b, t-W+1+k, c]   (x at negative t is 0)
+ * x,y:(B,T,C)  w:(C,W)  bias:(C)|NULL   y written (no activation). */
+void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W);
+void k_conv1d_fwd_ref(float *y, const float *x, const float *w, const float *bias, int B, int T,
+                      int C, int W);
+/* dx, dw, dbias accumulate; any may be NULL. */
+void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
+                  int B, int T, int C, int W);
+void k_conv1d_bwd_ref(float *dx, float *dw, float *dbias, const float *dy, const float *x,
+                      const float *w, int B, int T, int C, int W);
+/* One token. state_in:(B,C,W) holds the last W inputs, oldest first. The new window is
+ * state_in shifted left by one with x:(B,C) in the last slot; y:(B,C) = bias + sum_k w[c,k]*win[k].
+ * state_out:(B,C,W) receives the new window (NULL = do not commit; may alias state_in). */
+void k_conv1d_step(float *y, float *state_out, const float *state_in, const float *x, const float *w,
+                   const float *bias, int B, int C, int W);
+void k_conv1d_step_ref(float *y, float *state_out, const float *state_in, const float *x,
+                       const float *w, const float *bias, int B, int C, int W);
+
+/* ---- Mamba2 SSD scan (spec §1.4), G = 1 ---------------------------------------------------- */
+/* Per batch b and head h, state S:(P,N), S_{-1} = 0 (or h0):
+ *   S_t = exp(dt_t*A_h) S_{t-1} + dt_t * x_t (x) B_t ;   y_t = S_t C_t + D_h x_t
+ * x,y:(B,T,H,P)  dt:(B,T,H) (post-softplus)  A:(H) (negative)  Bm,Cm:(B,T,N)  Dskip:(H)
+ * h0:(B,H,P,N)|NULL initial state;  hT:(B,H,P,N)|NULL receives S_{T-1}.
+ * saved:(k_ssd_saved_floats(B,T,H,P,N))|NULL: what the backward needs beyond the inputs
+ * (the fast version keeps chunk-boundary states; the reference fills it too so either backward
+ * can follow either forward). NULL = no backward will follow. */
+#define SSD_CHUNK 64
+size_t k_ssd_saved_floats(int B, int T, int H, int P, int N);
+void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               int B, int T, int H, int P, int N);
+void k_ssd_fwd_ref(float *y, float *saved, float *hT, const float *x, const float *dt,
+                   const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                   const float *h0, int B, int T, int H, int P, int N);
+/* Backward given dy:(B,T,H,P) (and dhT:(B,H,P,N)|NULL, the gradient on the final state).
+ * Accumulates dx:(B,T,H,P) ddt:(B,T,H) dA:(H) dBm,dCm:(B,T,N) dD:(H) dh0:(B,H,P,N); any may be NULL. */
+void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
+               const float *dy, const float *dhT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               const float *saved, int B, int T, int H, int P, int N);
+void k_ssd_bwd_ref(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
+                   const float *dy, const float *dhT, const float *x, const float *dt,
+                   const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                   const float *h0, const float *saved, int B, int T, int H, int P, int N);
+/* One token: S' = exp(dt*A) S_in + dt * x (x) Bm;  y = S' Cm + D x.
+ * x,y:(B,H,P) dt:(B,H) Bm,Cm:(B,N) S_in:(B,H,P,N); S_out:(B,H,P,N)|NULL (may alias S_in). */
+void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const float *dt,
+                const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                int B, int H, int P, int N);
+void k_ssd_step_ref(float *y, float *S_out, const float *S_in, const float *x, const float *dt,
+                    const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                    int B, int H, int P, int N);
+
+/* ---- rotary embedding (spec §1.5, rotate-half / NeoX layout) -------------------------------- */
+/* For token t at position p = pos0 + t, head-dim pairs (i, i+HD/2), i < HD/2, with
+ * inv_freq_i = theta^(-2i/HD):  y_i = x_i cos - x_{i+HD/2} sin;  y_{i+HD/2} = x_{i+HD/2} cos + x_i sin.
+ * x,y:(B,T,NH,HD); y may alias x. HD must be even. */
+void k_rope_fwd(float *y, const float *x, int B, int T, int NH, int HD, int pos0, float theta);
+void k_rope_fwd_ref(float *y, const float *x, int B, int T, int NH, int HD, int pos0, float theta);
+/* dx += R^T dy  (the inverse rotation) */
+void k_rope_bwd(float *dx, const float *dy, int B, int T, int NH, int HD, int pos0, float theta);
+void k_rope_bwd_ref(float *dx, const float *dy, int B, int T, int NH, int HD, int pos0, float theta);
+
+/* ---- causal softmax attention ---------------------------------------------------------------
+ * o_t = sum_{s<=t} softmax_s(q_t . k_s * scale) v_s, scale = 1/sqrt(HD).
+ * q,k,v,o:(B,T,NH,HD) (q, k already rotated)  lse:(B,NH,T)|NULL receives the per-row
+ * log-sum-exp of the scaled scores (what the backward needs; NULL = no backward). */
+void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const float *v,
+                int B, int T, int NH, int HD);
+void k_attn_fwd_ref(float *o, float *lse, const float *q, const float *k, const float *v,
+                    int B, int T, int NH, int HD);
+/* dq, dk, dv accumulate (any may be NULL), given o and lse from the forward. */
+void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                const float *v, const float *o, const float *lse, int B, int T, int NH, int HD);
+void k_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                    const float *k, const float *v, const float *o, const float *lse,
+                    int B, int T, int NH, int HD);
+/* One query per sequence against a KV cache plus the new key/value (which the cache does not
+ * yet contain: committing is the caller's choice).  q,k_new,v_new,o:(B,NH,HD)
+ * kcache,vcache:(B,NH,Tmax,HD) hold positions [0, n_cached) (post-RoPE keys). */
+void k_attn_step(float *o, const float *q, const float *k_new, const float *v_new,
+                 const float *kcache, const float *vcache, int n_cached, int Tmax,
+                 int B, int NH, int HD);
+void k_attn_step_ref(float *o, const float *q, const float *k_new, const float *v_new,
+                     const float *kcache, const float *vcache, int n_cached, int Tmax,
+                     int B, int NH, int HD);
+
+/* ---- LSTM cell (PyTorch gate order i, f, g, o) ---------------------------------------------- */
+/* pre:(B,4*Hd) = x W_ih^T + h_prev W_hh^T + b (computed by the layer).
+ * i,f,o = sigmoid, g = tanh;  c = f*c_prev + i*g;  h = o*tanh(c).
+ * act:(B,4*Hd) receives the activated gates (for the backward); c, h:(B,Hd) written. */
+void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const float *c_prev, int B, int Hd);
+void k_lstm_cell_fwd_ref(float *h, float *c, float *act, const float *pre, const float *c_prev,
+                         int B, int Hd);
+/* Given dh, dc (gradient arriving at h and at c; dc may be NULL), accumulate dpre:(B,4Hd) and
+ * dc_prev:(B,Hd) (NULL ok). */
+void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *dc, const float *act,
+                     const float *c_prev, const float *c, int B, int Hd);
+void k_lstm_cell_bwd_ref(float *dpre, float *dc_prev, const float *dh, const float *dc,
+                         const float *act, const float *c_prev, const float *c, int B, int Hd);
+
+/* ---- optimisation --------------------------------------------------------------------------- */
+/* AdamW (decoupled decay, PyTorch semantics), step t >= 1 (bias correction uses t):
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * wd * p;
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).    g is scaled by gscale first. */
+void k_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
+             float eps, float wd, float gscale, int t);
+void k_adamw_ref(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1,
+                 float b2, float eps, float wd, float gscale, int t);
+/* sum of squares in double (for the global grad norm); fixed-order reduction. */
+double k_sumsq(const float *x, size_t n);
+double k_sumsq_ref(const float *x, size_t n);
+/* y = a*x + b*y  (relaxation steps, residual adds, scaling) */
+void k_axpby(float *y, float a, const float *x, float b, size_t n);
+void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);
+
+#endif

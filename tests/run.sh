@@ -1,0 +1,24 @@
+#!/bin/sh
+# Runs every test binary in $1 (the build folder) from the repository root, so tests find
+# tests/ref/*.safetensors, and sums their `name: N passed, N failed` lines into one closing line.
+# Exits non-zero if any binary fails or prints no summary.
+dir=${1:-build}
+total_pass=0; total_fail=0; bad=0
+for t in "$dir"/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    out=$("$t" 2>&1); rc=$?
+    echo "$out" | grep -E '^(FAIL|skip)' | head -50
+    line=$(echo "$out" | grep -E '^[A-Za-z_0-9]+: [0-9]+ passed, [0-9]+ failed' | tail -1)
+    if [ -z "$line" ]; then
+        echo "$name: no summary line (exit $rc)"; echo "$out" | tail -20; bad=$((bad+1)); continue
+    fi
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+    printf '  %-22s %s\n' "$name" "$(echo "$line" | sed 's/^[^:]*: //')"
+    total_pass=$((total_pass+p)); total_fail=$((total_fail+f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "$name exited $rc"; bad=$((bad+1)); fi
+done
+total_fail=$((total_fail+bad))
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,70 @@
+/* th.h: a tiny test harness (in the spirit of sds' testhelp.h).
+ *
+ * Each test binary counts checks, prints every failure with file:line, and ends with
+ * `<name>: N passed, N failed` alone on a line; main returns th_done(), non-zero on any failure.
+ * tests/run.sh sums the lines of all binaries into the closing line CI reads.
+ */
+#ifndef IMPLICIT_TH_H
+#define IMPLICIT_TH_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/rng.h"
+
+static int th_passed, th_failed;
+static const char *th_name = "tests";
+
+#define TH_CHECK(cond, ...)                                                    \
+    do {                                                                       \
+        if (cond) {                                                            \
+            th_passed++;                                                       \
+        } else {                                                               \
+            th_failed++;                                                       \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
+            printf(__VA_ARGS__);                                               \
+            printf("\n");                                                      \
+            fflush(stdout);                                                    \
+        }                                                                      \
+    } while (0)
+
+/* max_i |a_i - b_i| / max(max_i |b_i|, floor): a relative error robust to tiny entries. */
+static inline double th_rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= num)) num = d; /* also catches NaN */
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return num / den;
+}
+
+/* Compare two arrays; report name and error on failure. Returns the error. */
+#define TH_CLOSE(a, b, n, tol, name)                                                   \
+    do {                                                                               \
+        double th_e_ = th_rel_err((a), (b), (n));                                      \
+        TH_CHECK(th_e_ <= (tol), "%s: rel err %.3g > %.3g", (name), th_e_, (double)(tol)); \
+    } while (0)
+
+static inline void th_fill_uniform(float *x, size_t n, Rng *r, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_uniform_range(r, lo, hi);
+}
+
+static inline void th_fill_normal(float *x, size_t n, Rng *r, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * rng_normal(r);
+}
+
+static inline float *th_alloc(size_t n) {
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p) { printf("FAIL: out of memory\n"); exit(2); }
+    return p;
+}
+
+static inline int th_done(void) {
+    printf("%s: %d passed, %d failed\n", th_name, th_passed, th_failed);
+    return th_failed ? 1 : 0;
+}
+
+#endif
