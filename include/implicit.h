@@ -15,5 +15,11 @@
 #include "../src/core/log.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/kernels.h"
+#include "../src/io/json.h"
+#include "../src/io/safetensors.h"
+#include "../src/models/config.h"
+#include "../src/models/params.h"
+#include "../src/models/model.h"
+#include "../src/models/ckpt.h"
 
 #endif

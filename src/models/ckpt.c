@@ -1,0 +1,144 @@
+/* ckpt.c: model <-> safetensors; see ckpt.h. */
+#include "ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../io/safetensors.h"
+
+int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
+    int n = m->tab.n;
+    StWriteTensor *ts = xcalloc((size_t)n, sizeof *ts);
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *p = &m->tab.p[i];
+        ts[i].name = p->name;
+        ts[i].dtype = ST_F32;
+        ts[i].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) ts[i].shape[d] = p->shape[d];
+        ts[i].data = m->params + p->offset;
+    }
+    size_t need = cfg_to_json(&m->cfg, NULL, 0);
+    char *cfg_json = xmalloc(need);
+    cfg_to_json(&m->cfg, cfg_json, need);
+    char version[16], count[32];
+    snprintf(version, sizeof version, "%d", CKPT_VERSION);
+    snprintf(count, sizeof count, "%zu", ptab_count(&m->tab));
+    const char *kv[64];
+    int k = 0;
+    kv[k++] = "format"; kv[k++] = CKPT_FORMAT;
+    kv[k++] = "format_version"; kv[k++] = version;
+    kv[k++] = "model"; kv[k++] = m->type->name;
+    kv[k++] = "config"; kv[k++] = cfg_json;
+    kv[k++] = "param_count"; kv[k++] = count;
+    for (int i = 0; extra_kv && extra_kv[i] && extra_kv[i + 1] && k < 62; i += 2) {
+        kv[k++] = extra_kv[i];
+        kv[k++] = extra_kv[i + 1];
+    }
+    kv[k] = NULL;
+    int rc = st_write(path, ts, n, kv);
+    free(cfg_json);
+    free(ts);
+    return rc;
+}
+
+/* Names a checkpoint may carry besides the table: the tied head alias (spec §14) and, in
+ * PyTorch reference files, the test vectors. */
+static int ignorable(const char *name, int is_ref) {
+    if (!strcmp(name, "criterion.decoder.weight")) return 1;
+    if (!is_ref) return 0;
+    static const char *prefixes[] = {"input.", "out.", "grad.", "adamw.", "act."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return 1;
+    return 0;
+}
+
+static int shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t at = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (at < cap) snprintf(buf + at, cap - at, ")");
+    return 0;
+}
+
+static int check_header(const StFile *f, const char *path, int *is_ref) {
+    const char *fmt = st_meta(f, "format");
+    *is_ref = fmt && !strcmp(fmt, "implicit.ref");
+    if (!fmt) return IM_OK; /* a bare state_dict export: the caller must supply the config */
+    if (strcmp(fmt, CKPT_FORMAT) && !*is_ref)
+        return err_set(IM_EFORMAT, "%s: unknown checkpoint format '%s' (expected '%s')", path, fmt, CKPT_FORMAT);
+    const char *ver = st_meta(f, "format_version");
+    if (!*is_ref && (!ver || atoi(ver) < 1 || atoi(ver) > CKPT_VERSION))
+        return err_set(IM_EFORMAT, "%s: checkpoint format_version '%s' is not supported by this build (<= %d)",
+                       path, ver ? ver : "(missing)", CKPT_VERSION);
+    return IM_OK;
+}
+
+static int config_of(const StFile *f, const char *path, const ModelCfg *given, ModelCfg *out) {
+    if (given) { *out = *given; return IM_OK; }
+    const char *model = st_meta(f, "model"), *json = st_meta(f, "config");
+    if (!json) return err_set(IM_EFORMAT, "%s: no 'config' in the metadata (not an implicit checkpoint?)", path);
+    cfg_defaults(out);
+    int rc = cfg_from_json(out, json);
+    if (rc) return err_wrap(rc, "%s", path);
+    if (model && !model_type_find(model))
+        return err_set(IM_EFORMAT, "%s: unknown model type '%s' (known: %s)", path, model, model_type_names());
+    if (model && strcmp(model, out->model))
+        return err_set(IM_EFORMAT, "%s: metadata model '%s' disagrees with config model '%s'", path, model, out->model);
+    return IM_OK;
+}
+
+static int load_tensors(Model *m, const StFile *f, const char *path, int is_ref) {
+    char want[96], got[96];
+    for (int i = 0; i < m->tab.n; i++) {
+        const ParamInfo *p = &m->tab.p[i];
+        const StTensor *t = st_find(f, p->name);
+        if (!t) return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", path, p->name, m->type->name);
+        if (t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, p->name);
+        int same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        if (!same) {
+            shape_str(want, sizeof want, p->ndim, p->shape);
+            shape_str(got, sizeof got, t->ndim, t->shape);
+            return err_set(IM_EMISMATCH, "%s: tensor '%s' has shape %s but the config needs %s", path, p->name, got, want);
+        }
+        memcpy(m->params + p->offset, st_data(f, t), p->numel * sizeof(float));
+    }
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *name = f->tensors[i].name;
+        if (!ptab_find(&m->tab, name) && !ignorable(name, is_ref))
+            return err_set(IM_EMISMATCH, "%s: unexpected tensor '%s' (not part of a '%s' model with this config)",
+                           path, name, m->type->name);
+    }
+    return IM_OK;
+}
+
+int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) {
+    memset(m, 0, sizeof *m);
+    StFile f;
+    int rc = st_read(&f, path), is_ref = 0;
+    if (rc) return rc;
+    ModelCfg c;
+    if (!(rc = check_header(&f, path, &is_ref)) && !(rc = config_of(&f, path, cfg, &c))) {
+        rc = model_create(m, &c);
+        if (rc) rc = err_wrap(rc, "%s", path);
+        else if ((rc = load_tensors(m, &f, path, is_ref))) model_free(m);
+    }
+    st_free(&f);
+    return rc;
+}
+
+int ckpt_read_meta(const char *path, const char *key, char **out) {
+    StFile f;
+    *out = NULL;
+    int rc = st_read(&f, path);
+    if (rc) return rc;
+    const char *v = st_meta(&f, key);
+    if (v) {
+        *out = xmalloc(strlen(v) + 1);
+        strcpy(*out, v);
+    }
+    st_free(&f);
+    return IM_OK;
+}

@@ -1,0 +1,106 @@
+/* lm_common.c: embedding, final norm and tied head shared by the explicit LMs; see lm_common.h. */
+#include "lm_common.h"
+
+#include <string.h>
+
+#include "../core/check.h"
+#include "../kernels/kernels.h"
+#include "../layers/embed.h"
+#include "../layers/head.h"
+#include "../layers/rmsnorm.h"
+
+void lm_ends_carve(LmEnds *e, Arena *a, const Model *m, int B, int T) {
+    size_t M = (size_t)B * T, D = (size_t)m->cfg.d_model, V = (size_t)m->V;
+    e->ids = arena_alloc(a, M * sizeof(int));
+    e->targets = arena_alloc(a, M * sizeof(int));
+    e->x0 = arena_floats(a, M * D);
+    e->emb_mask = m->cfg.dropout > 0 ? arena_floats(a, M * D) : NULL;
+    e->hf = arena_floats(a, M * D);
+    e->rstd_f = arena_floats(a, rmsnorm_cache_floats((int)M));
+    e->head_cache = arena_floats(a, head_cache_floats((int)M, (int)V));
+    e->head_scratch = arena_floats(a, head_scratch_floats((int)M, (int)V));
+    e->dhf = arena_floats(a, M * D);
+}
+
+void lm_dropout_mask(Rng *r, float *mask, size_t n, float p) {
+    float keep = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < n; i++) mask[i] = rng_uniform(r) < p ? 0.0f : keep;
+}
+
+void lm_embed_fwd(Model *m, LmEnds *e, const int *ids, int B, int T) {
+    size_t M = (size_t)B * T, D = (size_t)m->cfg.d_model;
+    memcpy(e->ids, ids, M * sizeof(int));
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    embed_fwd(e->x0, e->ids, E, (int)M, m->V, (int)D);
+    /* standard (per-element) dropout on the embeddings, spec §1.7; mask kept for the backward */
+    if (e->emb_mask && m->training) {
+        lm_dropout_mask(&m->rng, e->emb_mask, M * D, (float)m->cfg.dropout);
+        for (size_t i = 0; i < M * D; i++) e->x0[i] *= e->emb_mask[i];
+    } else if (e->emb_mask) {
+        for (size_t i = 0; i < M * D; i++) e->emb_mask[i] = 1.0f;
+    }
+}
+
+void lm_embed_bwd(Model *m, LmEnds *e, const float *dx0, int B, int T) {
+    size_t M = (size_t)B * T, D = (size_t)m->cfg.d_model;
+    float *dE = model_tensor(m, m->grads, EMB_NAME);
+    if (e->emb_mask) {
+        /* reuse dhf (dead by now) for the masked gradient */
+        for (size_t i = 0; i < M * D; i++) e->dhf[i] = dx0[i] * e->emb_mask[i];
+        dx0 = e->dhf;
+    }
+    embed_bwd(dE, dx0, e->ids, (int)M, m->V, (int)D);
+}
+
+int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, int T, float *loss) {
+    int M = B * T, D = m->cfg.d_model;
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    const float *nw = model_tensor(m, m->params, NORM_F_NAME);
+    rmsnorm_fwd(e->hf, e->rstd_f, z, nw, M, D, (float)m->cfg.norm_eps);
+    e->has_targets = targets != NULL;
+    m->logits = e->head_cache;
+    if (!targets) {
+        head_logits(e->head_cache, e->hf, E, M, m->V, D);
+        if (loss) *loss = 0;
+        return IM_OK;
+    }
+    /* targets index the padded head too; only the real vocabulary is valid */
+    int rc = head_check_targets(targets, (size_t)M, m->cfg.vocab_size, IGNORE_INDEX);
+    if (rc) return err_wrap(rc, "target");
+    memcpy(e->targets, targets, (size_t)M * sizeof(int));
+    float l = 0;
+    rc = head_loss_fwd(&l, &e->count, e->head_cache, e->head_scratch, e->hf, E, e->targets, M, m->V, D,
+                       IGNORE_INDEX);
+    if (rc) return rc;
+    if (loss) *loss = l;
+    return IM_OK;
+}
+
+void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T) {
+    int M = B * T, D = m->cfg.d_model;
+    CHECK(e->has_targets, "model_bwd needs a forward with targets");
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    const float *nw = model_tensor(m, m->params, NORM_F_NAME);
+    memset(e->dhf, 0, (size_t)M * D * sizeof(float));
+    head_loss_bwd(e->dhf, model_tensor(m, m->grads, EMB_NAME), 1.0f, e->head_cache, e->head_scratch, e->hf, E,
+                  e->targets, M, m->V, D, IGNORE_INDEX);
+    rmsnorm_bwd(dz, model_tensor(m, m->grads, NORM_F_NAME), e->dhf, z, nw, e->rstd_f, M, D);
+}
+
+void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B) {
+    int D = m->cfg.d_model;
+    float *hf = scratch, *rstd = scratch + (size_t)B * D;
+    rmsnorm_fwd(hf, rstd, z, model_tensor(m, m->params, NORM_F_NAME), B, D, (float)m->cfg.norm_eps);
+    head_logits(logits, hf, model_tensor(m, m->params, EMB_NAME), B, m->V, D);
+}
+
+int lm_arena_plan(Arena *a, Model *m, int B, int T, void (*carve)(Model *, Arena *, int, int)) {
+    arena_free(a);
+    Arena probe;
+    arena_measure(&probe);
+    carve(m, &probe, B, T);
+    int rc = arena_init(a, probe.peak);
+    if (rc) return rc;
+    carve(m, a, B, T);
+    return IM_OK;
+}

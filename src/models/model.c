@@ -1,0 +1,108 @@
+/* model.c: generic model lifecycle and the registry of model families. */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+
+extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm;
+
+/* The registry: one entry per family, in the order `implicit --help` lists them. */
+static const ModelType *const MODELS[] = {&model_mamba2_lm, &model_llama_lm, &model_lstm_lm};
+#define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
+
+const ModelType *model_type_find(const char *name) {
+    for (int i = 0; i < N_MODELS; i++)
+        if (!strcmp(MODELS[i]->name, name)) return MODELS[i];
+    return NULL;
+}
+
+const char *model_type_names(void) {
+    static char buf[256];
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_MODELS; i++)
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%s", i ? " | " : "", MODELS[i]->name);
+    return buf;
+}
+
+int model_create(Model *m, const ModelCfg *cfg) {
+    memset(m, 0, sizeof *m);
+    int rc = cfg_validate(cfg);
+    if (rc) return rc;
+    m->cfg = *cfg;
+    m->type = model_type_find(cfg->model);
+    if (!m->type) return err_set(IM_EINVAL, "unknown model '%s' (known: %s)", cfg->model, model_type_names());
+    m->V = cfg_vocab_padded(cfg);
+    ptab_init(&m->tab);
+    rc = m->type->build(m);
+    if (rc) { model_free(m); return rc; }
+    m->params = aligned_alloc(64, m->tab.total * sizeof(float) + 64);
+    m->grads = aligned_alloc(64, m->tab.total * sizeof(float) + 64);
+    if (!m->params || !m->grads) { model_free(m); return err_set(IM_ENOMEM, "cannot allocate %zu parameters", m->tab.total); }
+    memset(m->params, 0, m->tab.total * sizeof(float));
+    memset(m->grads, 0, m->tab.total * sizeof(float));
+    rng_seed(&m->rng, 0, 7);
+    return IM_OK;
+}
+
+void model_free(Model *m) {
+    if (m->type && m->type->free_impl) m->type->free_impl(m);
+    free(m->params);
+    free(m->grads);
+    ptab_free(&m->tab);
+    memset(m, 0, sizeof *m);
+}
+
+void model_init_params(Model *m, uint64_t seed) { ptab_init_values(&m->tab, m->params, seed); }
+
+void model_zero_grad(Model *m) { memset(m->grads, 0, m->tab.total * sizeof(float)); }
+
+int model_plan(Model *m, int B, int T) {
+    if (B < 1 || T < 1) return err_set(IM_EINVAL, "batch %d and length %d must be >= 1", B, T);
+    if (B == m->B && T == m->T && m->logits) return IM_OK;
+    int rc = m->type->plan(m, B, T);
+    if (!rc) { m->B = B; m->T = T; }
+    return rc;
+}
+
+int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
+    int rc = model_plan(m, B, T);
+    if (rc) return rc;
+    if ((rc = model_check_ids(m, ids, (long)B * T, "input"))) return rc;
+    return m->type->fwd(m, ids, targets, B, T, loss);
+}
+
+void model_bwd(Model *m) { m->type->bwd(m); }
+
+int model_state_init(Model *m, int B) {
+    if (B < 1) return err_set(IM_EINVAL, "batch %d must be >= 1", B);
+    m->pos = 0;
+    m->step_B = B;
+    return m->type->state_init(m, B);
+}
+
+int model_step(Model *m, const int *ids, float *logits) {
+    CHECK(m->step_B > 0, "model_step before model_state_init");
+    int rc = model_check_ids(m, ids, m->step_B, "input");
+    if (rc) return rc;
+    rc = m->type->step(m, ids, logits);
+    if (!rc) m->pos++;
+    return rc;
+}
+
+float *model_tensor(const Model *m, float *block, const char *name) {
+    const ParamInfo *p = ptab_find(&m->tab, name);
+    CHECK(p, "no parameter named %s", name);
+    return block + p->offset;
+}
+
+int model_check_ids(const Model *m, const int *ids, long n, const char *what) {
+    for (long i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size)
+            return err_set(IM_EINVAL, "%s token %d at position %ld is out of range 0..%d", what, ids[i], i,
+                           m->cfg.vocab_size - 1);
+    return IM_OK;
+}

@@ -1,0 +1,70 @@
+/* model.h: the Model vtable and registry (STYLE §8.5).
+ *
+ * A Model is a config, a parameter table and two flat blocks (θ and dθ with the table's layout),
+ * plus family-specific state behind `impl`. Families (explicit Mamba2 LM, Llama LM, LSTM LM; the
+ * implicit models later) implement ModelType and are listed once in registry.c.
+ *
+ * Usage: model_create(cfg) → model_init_params(seed) or ckpt_load → model_plan(B, T) →
+ * model_fwd / model_bwd (training, simultaneous) or model_state_init + model_step (generation).
+ */
+#ifndef IMPLICIT_MODEL_H
+#define IMPLICIT_MODEL_H
+
+#include <stdint.h>
+
+#include "../core/rng.h"
+#include "config.h"
+#include "params.h"
+
+#define IGNORE_INDEX (-100)
+
+typedef struct Model Model;
+
+typedef struct {
+    const char *name;                               /* registry key = cfg.model */
+    int (*build)(Model *m);                         /* fill m->tab and m->impl from m->cfg */
+    int (*plan)(Model *m, int B, int T);            /* size and allocate activations */
+    /* Forward over ids:(B,T); fills m->logits (B,T,V_pad). With targets:(B,T) (IGNORE_INDEX
+     * allowed) *loss receives the mean cross-entropy over non-ignored positions. Stores what
+     * model_bwd needs. Runtime errors (bad ids) return a status. */
+    int (*fwd)(Model *m, const int *ids, const int *targets, int B, int T, float *loss);
+    void (*bwd)(Model *m);                          /* dθ += ∂loss/∂θ of the last fwd */
+    int (*state_init)(Model *m, int B);             /* allocate + zero the recurrent state */
+    int (*step)(Model *m, const int *ids, float *logits); /* ids:(B) → logits:(B,V_pad); commits */
+    void (*free_impl)(Model *m);
+} ModelType;
+
+struct Model {
+    const ModelType *type;
+    ModelCfg cfg;
+    ParamTable tab;
+    float *params;   /* (tab.total) */
+    float *grads;    /* (tab.total), zeroed by model_zero_grad */
+    void *impl;      /* family-specific */
+    int B, T;        /* planned batch and length */
+    int V;           /* padded vocabulary rows of the embedding / logits width */
+    float *logits;   /* (B, T, V) after fwd; owned by impl */
+    int training;    /* 1: dropout active */
+    Rng rng;         /* dropout stream */
+    int step_B;      /* batch of the step state */
+    int pos;         /* tokens consumed by step since state_init */
+};
+
+const ModelType *model_type_find(const char *name);
+const char *model_type_names(void);                /* "mamba2 | llama | lstm" */
+/* Validate cfg, build the table, allocate θ and dθ (zeroed). */
+int model_create(Model *m, const ModelCfg *cfg);
+void model_free(Model *m);
+void model_init_params(Model *m, uint64_t seed);   /* spec §1.8 rules from the table */
+void model_zero_grad(Model *m);
+int model_plan(Model *m, int B, int T);
+int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss);
+void model_bwd(Model *m);
+int model_state_init(Model *m, int B);
+int model_step(Model *m, const int *ids, float *logits);
+/* Pointer to tensor `name` inside block (θ or dθ); CHECKs that it exists. */
+float *model_tensor(const Model *m, float *block, const char *name);
+/* Runtime check of token ids against the vocabulary (message names the position). */
+int model_check_ids(const Model *m, const int *ids, long n, const char *what);
+
+#endif
