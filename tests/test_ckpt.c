@@ -1,0 +1,194 @@
+/* test_ckpt.c: model checkpoints — round trip for every family, atomic overwrite, and broken or
+ * foreign checkpoints each rejected with a clear message (never a crash; run under ASan in CI).
+ * Byte-level safetensors corruption is covered by test_safetensors; here the files are valid
+ * safetensors that do not fit the model (missing / extra / mis-shaped tensors, bad metadata).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/core/check.h"
+#include "../src/io/safetensors.h"
+#include "../src/models/ckpt.h"
+#include "th.h"
+
+static char dir[64];
+
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
+
+static int make_model(Model *m, const char *family) {
+    ModelCfg c;
+    cfg_defaults(&c);
+    cfg_set(&c, "model", family);
+    cfg_set(&c, "d_model", "16");
+    cfg_set(&c, "vocab_size", "20");
+    cfg_set(&c, "d_state", "4");
+    cfg_set(&c, "headdim", "8");
+    cfg_set(&c, "d_inner", !strcmp(family, "llama") ? "32" : "0");
+    int rc = model_create(m, &c);
+    if (!rc) model_init_params(m, 11);
+    return rc;
+}
+
+static void round_trip(const char *family) {
+    Model m, r;
+    char p[256];
+    path_of(p, sizeof p, "rt.safetensors");
+    TH_CHECK(make_model(&m, family) == 0, "%s: %s", family, err_msg());
+    const char *extra[] = {"note", "hello", NULL};
+    TH_CHECK(ckpt_save(&m, p, extra) == 0, "%s save: %s", family, err_msg());
+    TH_CHECK(ckpt_load(&r, p, NULL) == 0, "%s load: %s", family, err_msg());
+    TH_CHECK(r.tab.total == m.tab.total && !memcmp(r.params, m.params, m.tab.total * sizeof(float)),
+             "%s: parameters differ after round trip", family);
+    TH_CHECK(!strcmp(r.cfg.model, family) && r.cfg.d_model == 16 && r.cfg.vocab_size == 20,
+             "%s: config differs after round trip", family);
+    char *note = NULL;
+    TH_CHECK(ckpt_read_meta(p, "note", &note) == 0 && note && !strcmp(note, "hello"), "extra metadata lost");
+    free(note);
+    model_free(&r);
+    model_free(&m);
+}
+
+/* Write a safetensors file with the model's tensors, letting `edit` change one aspect. */
+typedef struct {
+    const char *drop;        /* tensor to leave out */
+    const char *rename_to;   /* ... or to write under another name */
+    int bad_shape;           /* write `drop` with its first dim + 1 */
+    int bad_dtype;           /* write `drop` as I32 */
+    const char *format, *version, *model, *config;  /* metadata overrides (NULL = correct) */
+} Edit;
+
+static int write_edited(const Model *m, const char *path, const Edit *e) {
+    StWriteTensor ts[256];
+    int n = 0;
+    static float pad[4096];
+    for (int i = 0; i < m->tab.n && n < 255; i++) {
+        const ParamInfo *p = &m->tab.p[i];
+        StWriteTensor *t = &ts[n];
+        memset(t, 0, sizeof *t);
+        t->name = p->name;
+        t->dtype = ST_F32;
+        t->ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
+        t->data = m->params + p->offset;
+        if (e->drop && !strcmp(p->name, e->drop)) {
+            if (e->rename_to) t->name = e->rename_to;
+            else if (e->bad_shape) { t->shape[0] += 1; t->data = pad; }
+            else if (e->bad_dtype) t->dtype = ST_I32;
+            else continue;
+        }
+        n++;
+    }
+    char cfg[2048];
+    cfg_to_json(&m->cfg, cfg, sizeof cfg);
+    const char *kv[] = {"format", e->format ? e->format : CKPT_FORMAT, "format_version", e->version ? e->version : "1",
+                        "model", e->model ? e->model : m->type->name, "config", e->config ? e->config : cfg, NULL};
+    return st_write(path, ts, n, kv);
+}
+
+static void rejects(const Model *m, const Edit *e, int want_rc, const char *needle, const char *what) {
+    char p[256];
+    path_of(p, sizeof p, "bad.safetensors");
+    TH_CHECK(write_edited(m, p, e) == 0, "%s: writing the broken file failed: %s", what, err_msg());
+    Model r;
+    int rc = ckpt_load(&r, p, NULL);
+    TH_CHECK(rc == want_rc, "%s: rc %d, want %d (%s)", what, rc, want_rc, err_msg());
+    TH_CHECK(strstr(err_msg(), needle) != NULL, "%s: message '%s' lacks '%s'", what, err_msg(), needle);
+    if (rc == 0) model_free(&r);
+}
+
+static void broken_files(void) {
+    Model m;
+    TH_CHECK(make_model(&m, "mamba2") == 0, "%s", err_msg());
+    const char *inp = "backbone.layers.1.mixer.in_proj.weight";
+    rejects(&m, &(Edit){.drop = inp}, IM_EMISMATCH, "missing tensor 'backbone.layers.1.mixer.in_proj.weight'", "missing tensor");
+    rejects(&m, &(Edit){.drop = inp, .rename_to = "backbone.layers.1.mixer.in_proj.wieght"}, IM_EMISMATCH, "missing tensor",
+            "misspelled tensor");
+    rejects(&m, &(Edit){.drop = inp, .bad_shape = 1}, IM_EMISMATCH, "has shape", "wrong shape");
+    rejects(&m, &(Edit){.drop = inp, .bad_dtype = 1}, IM_EMISMATCH, "must be F32", "wrong dtype");
+    rejects(&m, &(Edit){.format = "gguf"}, IM_EFORMAT, "unknown checkpoint format", "foreign format");
+    rejects(&m, &(Edit){.version = "2"}, IM_EFORMAT, "format_version", "newer version");
+    rejects(&m, &(Edit){.model = "mamba3"}, IM_EFORMAT, "unknown model type 'mamba3'", "unknown model type");
+    rejects(&m, &(Edit){.model = "llama"}, IM_EFORMAT, "disagrees", "model vs config");
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"d_model\": 16, \"headdim\": 5}"}, IM_EINVAL,
+            "headdim", "impossible config");
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"n_layers\": 2}"}, IM_EINVAL, "unknown config key 'n_layers'",
+            "unknown config key");
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"d_model\": \"wide\"}"}, IM_EINVAL, "d_model", "ill-typed key");
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", "}, IM_EFORMAT, "config", "config not JSON");
+    /* a config that validates but has other sizes: tensors no longer fit */
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"d_model\": 32, \"vocab_size\": 20, \"d_state\": 4, \"headdim\": 8}"},
+            IM_EMISMATCH, "has shape", "config/tensor size mismatch");
+    /* an extra tensor that does not belong to the model */
+    {
+        Model l;
+        TH_CHECK(make_model(&l, "llama") == 0, "%s", err_msg());
+        char p[256];
+        path_of(p, sizeof p, "llama.safetensors");
+        ckpt_save(&l, p, NULL);
+        StFile f;
+        TH_CHECK(st_read(&f, p) == 0, "%s", err_msg());
+        StWriteTensor ts[64];
+        int n = 0;
+        for (int i = 0; i < f.n_tensors && n < 63; i++, n++) {
+            const StTensor *t = &f.tensors[i];
+            ts[n] = (StWriteTensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = st_data(&f, t)};
+            memcpy(ts[n].shape, t->shape, sizeof t->shape);
+        }
+        float extra[3] = {1, 2, 3};
+        ts[n++] = (StWriteTensor){.name = "backbone.layers.7.mixer.wq.weight", .dtype = ST_F32, .ndim = 1, .shape = {3}, .data = extra};
+        char cfg[2048];
+        cfg_to_json(&l.cfg, cfg, sizeof cfg);
+        const char *kv[] = {"format", CKPT_FORMAT, "format_version", "1", "model", "llama", "config", cfg, NULL};
+        TH_CHECK(st_write(p, ts, n, kv) == 0, "%s", err_msg());
+        st_free(&f);
+        Model r;
+        TH_CHECK(ckpt_load(&r, p, NULL) == IM_EMISMATCH && strstr(err_msg(), "unexpected tensor"),
+                 "extra tensor: %s", err_msg());
+        model_free(&l);
+    }
+    /* not a file / not safetensors at all */
+    Model r;
+    char p[256];
+    path_of(p, sizeof p, "does-not-exist.safetensors");
+    TH_CHECK(ckpt_load(&r, p, NULL) == IM_EIO, "missing file: %s", err_msg());
+    path_of(p, sizeof p, "text.safetensors");
+    FILE *fp = fopen(p, "w");
+    fputs("this is not a checkpoint\n", fp);
+    fclose(fp);
+    TH_CHECK(ckpt_load(&r, p, NULL) == IM_EFORMAT, "text file: %s", err_msg());
+    /* a failed save into a missing directory leaves nothing behind and reports the path */
+    TH_CHECK(ckpt_save(&m, "/nonexistent-dir-xyz/m.safetensors", NULL) == IM_EIO && strstr(err_msg(), "nonexistent-dir-xyz"),
+             "save to a missing dir: %s", err_msg());
+    model_free(&m);
+}
+
+/* Overwriting a checkpoint replaces it whole: the old file stays readable until the rename. */
+static void overwrite(void) {
+    Model a, b, r;
+    char p[256];
+    path_of(p, sizeof p, "ow.safetensors");
+    TH_CHECK(make_model(&a, "lstm") == 0 && make_model(&b, "lstm") == 0, "%s", err_msg());
+    model_init_params(&b, 99);
+    TH_CHECK(ckpt_save(&a, p, NULL) == 0 && ckpt_save(&b, p, NULL) == 0, "%s", err_msg());
+    TH_CHECK(ckpt_load(&r, p, NULL) == 0 && !memcmp(r.params, b.params, b.tab.total * sizeof(float)), "overwrite");
+    model_free(&r);
+    model_free(&a);
+    model_free(&b);
+}
+
+int main(void) {
+    th_name = "test_ckpt";
+    snprintf(dir, sizeof dir, "/tmp/implicit-test-ckpt-%d", (int)getpid());
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    TH_CHECK(system(cmd) == 0, "mkdir");
+    round_trip("mamba2");
+    round_trip("llama");
+    round_trip("lstm");
+    broken_files();
+    overwrite();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    TH_CHECK(system(cmd) == 0, "cleanup");
+    return th_done();
+}
