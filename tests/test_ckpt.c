@@ -112,7 +112,7 @@ static void broken_files(void) {
     rejects(&m, &(Edit){.model = "llama"}, IM_EFORMAT, "disagrees", "model vs config");
     rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"d_model\": 16, \"headdim\": 5}"}, IM_EINVAL,
             "headdim", "impossible config");
-    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"n_layers\": 2}"}, IM_EINVAL, "unknown config key 'n_layers'",
+    rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"n_layers\": 2}"}, IM_EINVAL, "unknown key 'n_layers'",
             "unknown config key");
     rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", \"d_model\": \"wide\"}"}, IM_EINVAL, "d_model", "ill-typed key");
     rejects(&m, &(Edit){.config = "{\"model\": \"mamba2\", "}, IM_EFORMAT, "config", "config not JSON");

@@ -10,9 +10,10 @@
 
 #include <stddef.h>
 
-#define CFG_STR_LEN 32
+#include "../core/keytab.h"
 
-/* X(type, name, default, help) with type INT | FLOAT | STR */
+
+/* X(type, name, default, help) with type INT | FLOAT | STR (see core/keytab.h) */
 #define MODEL_CFG_KEYS(X)                                                                          \
     X(STR, model, "mamba2", "model family: mamba2 | llama | lstm")                                 \
     X(INT, vocab_size, 256, "vocabulary size V (tokens are 0..V-1)")                               \
@@ -34,18 +35,11 @@
     X(INT, rescale_out_proj, 1, "GPT-2 rescale of out_proj/fc2 by 1/sqrt(n_res*n_layer)")          \
     X(FLOAT, emb_init_std, 0.02, "embedding init N(0, std)")
 
-#define CFG_TYPE_INT int
-#define CFG_TYPE_FLOAT double
-#define CFG_TYPE_STR char
-#define CFG_DIM_INT
-#define CFG_DIM_FLOAT
-#define CFG_DIM_STR [CFG_STR_LEN]
-
 typedef struct {
-#define X(type, name, def, help) CFG_TYPE_##type name CFG_DIM_##type;
-    MODEL_CFG_KEYS(X)
-#undef X
+    MODEL_CFG_KEYS(KEY_FIELD)
 } ModelCfg;
+
+extern const KeyTab model_keytab;
 
 void cfg_defaults(ModelCfg *c);
 /* Set one key from text ("--d_model 64"). IM_EINVAL with a message naming the key on an unknown
