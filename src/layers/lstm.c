@@ -1,0 +1,177 @@
+/* lstm.c: one nn.LSTM layer, forward over a sequence, BPTT backward, single-token step; see lstm.h.
+ *
+ * Scratch layout. Forward:  xp (B,T,4H) | pre (B,4H) | act (B,4H) | h (2,B,H) | c (2,B,H)
+ * (the last three only for a no-grad forward, as a two-slot ring). Backward:
+ * dpre_tm (T,B,4H) | dpre_bt (B,T,4H) | dh (B,H) | dc (B,H) | dc_prev (B,H).
+ * Why two layouts: the recurrence walks time, so per-step slices must be contiguous (the cell
+ * kernel and the recurrent GEMM take dense (B, .) blocks), while x, y and dx are (B,T,.) as the
+ * rest of the toolkit. The cache is time-major; the input-side GEMMs work on (B,T,.) rows.
+ */
+#include "lstm.h"
+
+#include <string.h>
+
+#include "../core/check.h"
+#include "../kernels/kernels.h"
+
+size_t lstm_cache_floats(const LstmCfg *c, int B, int T) {
+    size_t BH = (size_t)B * c->H;
+    return (size_t)T * 4 * BH + 2 * (size_t)(T + 1) * BH;
+}
+
+size_t lstm_scratch_floats(const LstmCfg *c, int B, int T) {
+    size_t BH = (size_t)B * c->H, BT4H = (size_t)T * 4 * BH;
+    size_t fwd = BT4H + 8 * BH + 4 * BH;
+    size_t bwd = 2 * BT4H + 3 * BH;
+    return fwd > bwd ? fwd : bwd;
+}
+
+size_t lstm_state_floats(const LstmCfg *c, int B) { return 2 * (size_t)B * c->H; }
+
+size_t lstm_step_scratch_floats(const LstmCfg *c, int B) { return 14 * (size_t)B * c->H; }
+
+static void check_args(const LstmCfg *c, const LstmW *w, int B, int T) {
+    CHECK(c && w && w->W_ih && w->W_hh, "lstm: NULL cfg or weights");
+    CHECK(c->D > 0 && c->H > 0 && B > 0 && T > 0, "lstm: bad dims D=%d H=%d B=%d T=%d", c->D, c->H,
+          B, T);
+}
+
+/* pre = xp_rows (+ b_hh) + h_prev W_hh^T, where xp_rows is row b at xp + b*stride (B,4H). */
+static void gate_preact(float *pre, const float *xp, size_t stride, const float *h_prev,
+                        const LstmW *w, int B, int H) {
+    const int G = 4 * H;
+    for (int b = 0; b < B; b++) {
+        float *p = pre + (size_t)b * G;
+        memcpy(p, xp + (size_t)b * stride, (size_t)G * sizeof(float));
+        if (w->b_hh)
+            for (int j = 0; j < G; j++) p[j] += w->b_hh[j];
+    }
+    k_gemm(0, 1, B, G, H, 1.0f, h_prev, H, w->W_hh, H, 1.0f, pre, G);
+}
+
+void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const float *x,
+              const float *state0, float *cache, float *scratch, int B, int T) {
+    check_args(c, w, B, T);
+    CHECK(y && x && scratch, "lstm_fwd: NULL buffer");
+    const int H = c->H, G = 4 * H;
+    const size_t BH = (size_t)B * H, BG = (size_t)B * G;
+    float *xp = scratch, *pre = xp + (size_t)T * BG, *s_act = pre + BG;
+    float *s_h = s_act + BG, *s_c = s_h + 2 * BH;
+    float *c_act = cache, *c_c = cache ? cache + (size_t)T * BG : NULL;
+    float *c_h = cache ? c_c + (size_t)(T + 1) * BH : NULL;
+
+    /* input projection of every token at once: xp = x W_ih^T + b_ih   (B*T, 4H); only the
+     * recurrent part h_{t-1} W_hh^T has to wait for the previous step */
+    k_linear_fwd(xp, x, w->W_ih, w->b_ih, B * T, c->D, G);
+    /* slot 0 of the h and c histories is the initial state */
+    float *h0 = cache ? c_h : s_h, *cc0 = cache ? c_c : s_c;
+    if (state0) {
+        memcpy(h0, state0, BH * sizeof(float));
+        memcpy(cc0, state0 + BH, BH * sizeof(float));
+    } else {
+        memset(h0, 0, BH * sizeof(float));
+        memset(cc0, 0, BH * sizeof(float));
+    }
+    float *hp = h0, *cp = cc0;
+    for (int t = 0; t < T; t++) {
+        float *hn = cache ? c_h + (size_t)(t + 1) * BH : s_h + (size_t)((t + 1) & 1) * BH;
+        float *cn = cache ? c_c + (size_t)(t + 1) * BH : s_c + (size_t)((t + 1) & 1) * BH;
+        float *act = cache ? c_act + (size_t)t * BG : s_act;
+        /* row b of token t in xp is at (b*T + t)*4H: stride T*4H between sequences */
+        gate_preact(pre, xp + (size_t)t * G, (size_t)T * G, hp, w, B, H);
+        k_lstm_cell_fwd(hn, cn, act, pre, cp, B, H);
+        /* y is (B,T,H): scatter this step's rows (h also stays in the cache for dW_hh) */
+        for (int b = 0; b < B; b++)
+            memcpy(y + ((size_t)b * T + t) * H, hn + (size_t)b * H, (size_t)H * sizeof(float));
+        hp = hn;
+        cp = cn;
+    }
+    if (stateT) {
+        memcpy(stateT, hp, BH * sizeof(float));
+        memcpy(stateT + BH, cp, BH * sizeof(float));
+    }
+}
+
+/* Parameter and input gradients from the per-step dpre (time-major), once BPTT is done. */
+static void bwd_params(const LstmCfg *c, const LstmW *w, LstmW *dW, float *dx, const float *x,
+                       const float *c_h, const float *dpre_tm, float *dpre_bt, int B, int T) {
+    const int H = c->H, G = 4 * H;
+    /* dW_hh += sum_t dpre_t^T h_{t-1}: h slots 0..T-1 are exactly h_{t-1}, time-major like dpre */
+    if (dW->W_hh)
+        k_gemm(1, 0, G, H, T * B, 1.0f, dpre_tm, G, c_h, H, 1.0f, dW->W_hh, H);
+    if (dW->b_hh && w->b_hh)
+        for (size_t r = 0; r < (size_t)T * B; r++)
+            for (int j = 0; j < G; j++) dW->b_hh[j] += dpre_tm[r * G + j];
+    float *db_ih = w->b_ih ? dW->b_ih : NULL;
+    if (!dx && !dW->W_ih && !db_ih) return;
+    /* reorder to (B,T,4H) so that rows match x:(B,T,D) and one GEMM covers every token */
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++)
+            memcpy(dpre_bt + ((size_t)b * T + t) * G, dpre_tm + ((size_t)t * B + b) * G,
+                   (size_t)G * sizeof(float));
+    k_linear_bwd(dx, dW->W_ih, db_ih, dpre_bt, x, w->W_ih, B * T, c->D, G);
+}
+
+void lstm_bwd(const LstmCfg *c, const LstmW *w, LstmW *dW, float *dx, float *dstate0,
+              const float *dy, const float *dstateT, const float *x, const float *cache,
+              float *scratch, int B, int T) {
+    check_args(c, w, B, T);
+    LstmW none = {0};
+    if (!dW) dW = &none;
+    if (!dx && !dstate0 && !dW->W_ih && !dW->W_hh && !dW->b_ih && !dW->b_hh) return;
+    CHECK(x && cache && scratch, "lstm_bwd: NULL buffer (a backward needs the cache)");
+    const int H = c->H, G = 4 * H;
+    const size_t BH = (size_t)B * H, BG = (size_t)B * G;
+    const float *c_act = cache, *c_c = cache + (size_t)T * BG, *c_h = c_c + (size_t)(T + 1) * BH;
+    float *dpre_tm = scratch, *dpre_bt = dpre_tm + (size_t)T * BG;
+    float *dh = dpre_bt + (size_t)T * BG, *dc = dh + BH, *dcp = dc + BH;
+
+    if (dstateT) {
+        memcpy(dh, dstateT, BH * sizeof(float));
+        memcpy(dc, dstateT + BH, BH * sizeof(float));
+    } else {
+        memset(dh, 0, 2 * BH * sizeof(float)); /* dh and dc are adjacent */
+    }
+    for (int t = T - 1; t >= 0; t--) {
+        if (dy) /* h_t is both the output y_t and the next step's h_prev */
+            for (int b = 0; b < B; b++) {
+                const float *g = dy + ((size_t)b * T + t) * H;
+                for (int j = 0; j < H; j++) dh[(size_t)b * H + j] += g[j];
+            }
+        float *dpre = dpre_tm + (size_t)t * BG;
+        memset(dpre, 0, BG * sizeof(float));
+        memset(dcp, 0, BH * sizeof(float));
+        k_lstm_cell_bwd(dpre, dcp, dh, dc, c_act + (size_t)t * BG, c_c + (size_t)t * BH,
+                        c_c + (size_t)(t + 1) * BH, B, H);
+        /* dh_{t-1} = dpre_t W_hh (written: the old dh is fully consumed) */
+        if (t > 0 || dstate0) k_gemm(0, 0, B, H, G, 1.0f, dpre, G, w->W_hh, H, 0.0f, dh, H);
+        /* dc_prev becomes the dc of step t-1; the buffers swap instead of copying */
+        float *tmp = dc;
+        dc = dcp;
+        dcp = tmp;
+    }
+    if (dstate0)
+        for (size_t i = 0; i < BH; i++) {
+            dstate0[i] += dh[i];
+            dstate0[BH + i] += dc[i];
+        }
+    bwd_params(c, w, dW, dx, x, c_h, dpre_tm, dpre_bt, B, T);
+}
+
+void lstm_step(const LstmCfg *c, const LstmW *w, float *y, const float *x, const float *state_in,
+               float *state_out, float *scratch, int B) {
+    check_args(c, w, B, 1);
+    CHECK(y && x && state_in && scratch, "lstm_step: NULL buffer");
+    const int H = c->H, G = 4 * H;
+    const size_t BH = (size_t)B * H, BG = (size_t)B * G;
+    float *xp = scratch, *pre = xp + BG, *act = pre + BG, *cn = act + BG, *hn = cn + BH;
+    k_linear_fwd(xp, x, w->W_ih, w->b_ih, B, c->D, G);
+    gate_preact(pre, xp, (size_t)G, state_in, w, B, H);
+    /* new (h, c) go to scratch first: state_out may alias state_in */
+    k_lstm_cell_fwd(hn, cn, act, pre, state_in + BH, B, H);
+    memcpy(y, hn, BH * sizeof(float));
+    if (state_out) {
+        memcpy(state_out, hn, BH * sizeof(float));
+        memcpy(state_out + BH, cn, BH * sizeof(float));
+    }
+}
