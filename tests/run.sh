@@ -3,6 +3,8 @@
 # tests/ref/*.safetensors, and sums their `name: N passed, N failed` lines into one closing line.
 # Exits non-zero if any binary fails or prints no summary.
 dir=${1:-build}
+# Tests run many tiny kernels back to back; spinning OpenMP workers only steal the other core.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 total_pass=0; total_fail=0; bad=0
 for t in "$dir"/test_*; do
     [ -x "$t" ] || continue

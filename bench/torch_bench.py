@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+"""PyTorch reference timings for `make bench`: forward+backward tokens/s of one layer.
+
+What: one Mamba2 block (RMSNorm + mixer + residual, spec §1.3/§1.4) at two sizes and one Llama block
+(RMSNorm + RoPE causal attention + residual, RMSNorm + SwiGLU + residual, §1.5/§1.6), B=32, T=256,
+float32 on the CPU. The Mamba2 scan uses the chunked SSD form (chunk 64, matmuls inside a chunk, a
+short loop over chunk boundaries), the fastest reasonable pure-PyTorch formulation; a python loop over
+256 timesteps would be a strawman. The conv is F.conv1d(groups=C). Attention is explicit
+softmax(q k^T / sqrt(d) + mask) v (torch 1.13 has no fused SDPA).
+Output: one parseable line per case, e.g.
+  torch mamba2_small fwdbwd_tok_s=12345.6 ms=663.1 B=32 T=256 D=64 N=16 E=128 P=16 chunk=64 threads=2
+        blas=openblas-pthread blas_threads=2 torch_blas_info=generic torch=1.13.0a0   (one line)
+tokens/s = B*T / (median seconds of one forward+backward), after one warm-up run.
+Out of scope: implicit models, GPUs, bf16.
+
+Run with Debian's torch: /usr/bin/python3 bench/torch_bench.py [--threads N] [--quick]
+BLAS: Debian's python3-torch is built with BLAS_INFO=generic, i.e. it calls whatever libblas.so.3 the
+alternatives system selects. To use OpenBLAS (libopenblas0-pthread):
+  update-alternatives --set libblas.so.3-x86_64-linux-gnu \
+      /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
+(the state on the project machine when this was written), or, without root,
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3. The script finds which file provides
+the soname libblas.so.3 in /proc/self/maps after a matmul and prints it (blas=openblas-pthread |
+netlib-reference | ...), plus OpenBLAS's own thread count. --threads N sets torch.set_num_threads(N) and
+OMP/OPENBLAS_NUM_THREADS=N before torch loads. On a loaded machine, more threads than free cores make
+OpenMP spin-wait, and the numbers then say more about the load than about torch.
+"""
+import argparse
+import ctypes
+import math
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="torch.set_num_threads and OpenBLAS/OpenMP pool size (default: all cores)")
+    ap.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed repeats (default 1 + 5)")
+    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama", help="comma-separated subset")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    # OpenBLAS/OpenMP read their thread counts once at load: set them before torch is imported.
+    if ARGS.threads > 0:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(ARGS.threads)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers (own words, same math as tests/ref/gen_*.py)
+# ---------------------------------------------------------------------------------------------
+
+def rmsnorm(x, w, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def ssd_chunked(xs, dt, A, Bm, Cm, Dk, chunk=64):
+    """Chunked SSD evaluation of the Mamba2 scan (spec §1.4, "equivalent chunked form").
+    xs (B,T,H,P), dt (B,T,H), A (H) < 0, Bm/Cm (B,T,N), Dk (H) -> y (B,T,H,P), final state (B,H,P,N).
+    Inside a chunk of length Q with cumulative log-decay c_t = sum_{s<=t} dt_s A:
+      y_t = sum_{s<=t} (C_t.B_s) exp(c_t - c_s) dt_s x_s  +  exp(c_t) C_t.S_in  +  D x_t
+      S_out = exp(c_Q) S_in + sum_s exp(c_Q - c_s) dt_s x_s B_s^T
+    T is zero-padded to a multiple of `chunk` (dt = 0 there, so padding changes nothing before it)."""
+    Bsz, T, H, P = xs.shape
+    N = Bm.shape[-1]
+    pad = (-T) % chunk
+    if pad:
+        xs, dt = F.pad(xs, (0, 0, 0, 0, 0, pad)), F.pad(dt, (0, 0, 0, pad))
+        Bm, Cm = F.pad(Bm, (0, 0, 0, pad)), F.pad(Cm, (0, 0, 0, pad))
+    nc, Q = (T + pad) // chunk, chunk
+    xdt = (xs * dt[..., None]).reshape(Bsz, nc, Q, H, P).permute(0, 3, 1, 2, 4)      # (B,H,c,Q,P)
+    a = (dt * A).reshape(Bsz, nc, Q, H).permute(0, 3, 1, 2)                            # (B,H,c,Q)
+    cum = torch.cumsum(a, dim=-1)                                                      # (B,H,c,Q)
+    Bc = Bm.reshape(Bsz, 1, nc, Q, N)
+    Cc = Cm.reshape(Bsz, 1, nc, Q, N)
+    # Intra-chunk: causal decay matrix exp(c_t - c_s) for s <= t, zero above the diagonal
+    # (masked before exp: c_t - c_s > 0 there and could overflow).
+    seg = cum[..., :, None] - cum[..., None, :]                                        # (B,H,c,Q,Q)
+    causal = torch.ones(Q, Q, dtype=torch.bool, device=xs.device).tril()
+    decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
+    scores = (Cc @ Bc.transpose(-1, -2)) * decay                                       # (B,H,c,Q,Q)
+    y = scores @ xdt                                                                   # (B,H,c,Q,P)
+    # Per-chunk state contributions (P,N), then the short recurrence over chunk boundaries.
+    to_end = torch.exp(cum[..., -1:] - cum)                                            # (B,H,c,Q)
+    contrib = (xdt * to_end[..., None]).transpose(-1, -2) @ Bc                         # (B,H,c,P,N)
+    chunk_decay = torch.exp(cum[..., -1])                                              # (B,H,c)
+    S = xs.new_zeros(Bsz, H, P, N)
+    entering = []
+    for k in range(nc):
+        entering.append(S)
+        S = chunk_decay[:, :, k, None, None] * S + contrib[:, :, k]
+    S_in = torch.stack(entering, dim=2)                                                # (B,H,c,P,N)
+    # Inter-chunk: exp(c_t) * C_t . S_in
+    y = y + torch.exp(cum)[..., None] * (Cc @ S_in.transpose(-1, -2))                  # (B,H,c,Q,P)
+    y = y.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * Q, H, P)[:, :T]
+    return y + Dk[:, None] * xs[:, :T], S
+
+
+def ssd_loop(xs, dt, A, Bm, Cm, Dk):
+    """The sequential scan, used only by the self-check."""
+    Bsz, T, H, P = xs.shape
+    S = xs.new_zeros(Bsz, H, P, Bm.shape[-1])
+    ys = []
+    for t in range(T):
+        S = torch.exp(dt[:, t] * A)[..., None, None] * S + \
+            (dt[:, t, :, None] * xs[:, t])[..., None] * Bm[:, t, None, None, :]
+        ys.append((S * Cm[:, t, None, None, :]).sum(-1) + Dk[:, None] * xs[:, t])
+    return torch.stack(ys, 1), S
+
+
+def mamba2_params(D, N, E, P, W=4):
+    H = E // P
+    C = E + 2 * N
+    K = 2 * E + 2 * N + H
+    u = lambda shape, b: ((torch.rand(shape) * 2 - 1) * b).requires_grad_(True)  # noqa: E731
+    dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+    return {
+        "norm": torch.ones(D, requires_grad=True),
+        "in_proj": u((K, D), 1 / math.sqrt(D)),
+        "conv_w": u((C, 1, W), 0.5), "conv_b": u((C,), 0.5),
+        "dt_bias": (dt + torch.log(-torch.expm1(-dt))).requires_grad_(True),
+        "A_log": torch.log(torch.rand(H) * 15 + 1).requires_grad_(True),
+        "D": torch.ones(H, requires_grad=True),
+        "gnorm": torch.ones(E, requires_grad=True),
+        "out_proj": u((D, E), 1 / math.sqrt(E)),
+        "dims": (D, N, E, P, H, C, W),
+    }
+
+
+def mamba2_block(p, x):
+    """x + mixer(RMSNorm(x)); x (B,T,D)."""
+    D, N, E, P, H, C, W = p["dims"]
+    Bsz, T, _ = x.shape
+    xn = rmsnorm(x, p["norm"])
+    # in_proj as three matmuls on row blocks of one weight: same math as one matmul + split, but the
+    # backward avoids zero-filling and copying a (B,T,K) gradient for the split.
+    Wz, Wx, Wdt = torch.split(p["in_proj"], [E, C, H], dim=0)
+    z, xBC, dtraw = xn @ Wz.t(), xn @ Wx.t(), xn @ Wdt.t()
+    xBC = F.conv1d(F.pad(xBC.transpose(1, 2), (W - 1, 0)), p["conv_w"], p["conv_b"], groups=C)
+    xBC = F.silu(xBC).transpose(1, 2)
+    xs, Bm, Cm = torch.split(xBC, [E, N, N], dim=-1)
+    dt = F.softplus(dtraw + p["dt_bias"])
+    y, _ = ssd_chunked(xs.reshape(Bsz, T, H, P), dt, -torch.exp(p["A_log"]), Bm, Cm, p["D"], chunk=64)
+    v = y.reshape(Bsz, T, E) * F.silu(z)
+    return x + rmsnorm(v, p["gnorm"]) @ p["out_proj"].t()
+
+
+def llama_params(D, n_head, d_inner):
+    h = (2 * d_inner) // 3
+    u = lambda shape, b: ((torch.rand(shape) * 2 - 1) * b).requires_grad_(True)  # noqa: E731
+    return {
+        "norm": torch.ones(D, requires_grad=True), "norm2": torch.ones(D, requires_grad=True),
+        "wq": u((D, D), D ** -0.5), "wk": u((D, D), D ** -0.5), "wv": u((D, D), D ** -0.5),
+        "wo": u((D, D), D ** -0.5),
+        "w1": u((h, D), D ** -0.5), "w3": u((h, D), D ** -0.5), "fc2": u((D, h), h ** -0.5),
+        "dims": (D, n_head, h),
+    }
+
+
+def rope_tables(T, dh, theta=500000.0):
+    inv = theta ** (-torch.arange(0, dh, 2, dtype=torch.float32) / dh)
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos(), ang.sin()
+
+
+def rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+def llama_block(p, x, cos, sin, mask):
+    D, nh, h = p["dims"]
+    Bsz, T, _ = x.shape
+    dh = D // nh
+    xn = rmsnorm(x, p["norm"])
+    heads = lambda t: t.reshape(Bsz, T, nh, dh).transpose(1, 2)  # noqa: E731
+    q = rope(heads(xn @ p["wq"].t()), cos, sin)
+    k = rope(heads(xn @ p["wk"].t()), cos, sin)
+    v = heads(xn @ p["wv"].t())
+    att = torch.softmax((q @ k.transpose(-1, -2)) * dh ** -0.5 + mask, dim=-1)
+    o = (att @ v).transpose(1, 2).reshape(Bsz, T, D)
+    x = x + o @ p["wo"].t()
+    xn = rmsnorm(x, p["norm2"])
+    return x + (F.silu(xn @ p["w1"].t()) * (xn @ p["w3"].t())) @ p["fc2"].t()
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment report and timing
+# ---------------------------------------------------------------------------------------------
+
+BLAS_THREADS = "n/a"
+
+
+def _classify(path):
+    for tag in ("openblas-pthread", "openblas-openmp", "openblas-serial", "openblas", "blis", "mkl", "atlas"):
+        if tag in path:
+            return tag
+    return "netlib-reference" if "/blas/" in path else os.path.basename(path)
+
+
+def active_blas():
+    """Which library answers torch's sgemm_: torch (BLAS_INFO=generic) links the soname libblas.so.3,
+    so the mapped file providing that soname decides (an LD_PRELOADed libblas.so.3 takes its place).
+    Also reads OpenBLAS's own thread count into BLAS_THREADS."""
+    global BLAS_THREADS
+    a = torch.randn(64, 64)
+    (a @ a).sum().item()
+    mapped = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[-1].startswith("/"):
+                    mapped.add(parts[-1])
+    except OSError:
+        return "unknown"
+    blas = sorted(os.path.realpath(m) for m in mapped if os.path.basename(m).startswith("libblas.so"))
+    other = sorted(os.path.realpath(m) for m in mapped
+                   if any(s in os.path.basename(m) for s in ("openblas", "mkl_rt", "libmkl", "blis")))
+    for path in blas + other:
+        try:  # OpenBLAS reports its pool size (OPENBLAS_NUM_THREADS at load, else all cores)
+            BLAS_THREADS = ctypes.CDLL(path).openblas_get_num_threads()
+            break
+        except (OSError, AttributeError):
+            pass
+    if blas:
+        return _classify(blas[0])
+    return (_classify(other[0]) + "(direct)") if other else "none-mapped"
+
+
+def torch_blas_info():
+    cfg = torch.__config__.show()
+    for tok in cfg.replace(",", " ").split():
+        if tok.startswith("BLAS_INFO="):
+            return tok.split("=", 1)[1]
+    return "unknown"
+
+
+def time_fwdbwd(fn, params, repeats, warmup):
+    """Median seconds of fn() (a scalar loss) plus its backward, after `warmup` untimed runs."""
+    leaves = [v for v in params.values() if isinstance(v, torch.Tensor)]
+    times = []
+    for i in range(warmup + repeats):
+        for v in leaves:
+            v.grad = None
+        t0 = time.perf_counter()
+        fn().backward()
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+    times.sort()
+    return times[(len(times) - 1) // 2]          # median (lower median for an even count)
+
+
+def self_check():
+    """The chunked SSD must equal the sequential scan (T=80 crosses one chunk boundary and pads)."""
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(2, 80, 3, 4, generator=g, dtype=torch.float64)
+    dt = torch.rand(2, 80, 3, generator=g, dtype=torch.float64) * 0.3
+    A = -torch.rand(3, generator=g, dtype=torch.float64) * 4 - 0.5
+    Bm = torch.randn(2, 80, 5, generator=g, dtype=torch.float64)
+    Cm = torch.randn(2, 80, 5, generator=g, dtype=torch.float64)
+    Dk = torch.randn(3, generator=g, dtype=torch.float64)
+    y1, s1 = ssd_chunked(xs, dt, A, Bm, Cm, Dk, chunk=64)
+    y2, s2 = ssd_loop(xs, dt, A, Bm, Cm, Dk)
+    err = max((y1 - y2).abs().max().item(), (s1 - s2).abs().max().item())
+    if not err < 1e-9:
+        sys.exit(f"torch_bench: chunked SSD self-check failed (max abs err {err:.3e})")
+
+
+def main(args):
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    self_check()
+    warmup, repeats = (1, 2) if args.quick else (1, 5)
+    Bsz, T = 32, 256
+    blas = active_blas()
+    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} " \
+           f"torch_blas_info={torch_blas_info()} " \
+           f"torch={torch.__version__}"
+    cases = args.cases.split(",")
+    sizes = {"mamba2_small": (64, 16, 128, 16), "mamba2_large": (256, 128, 1024, 64)}
+    for name in ("mamba2_small", "mamba2_large"):
+        if name not in cases:
+            continue
+        D, N, E, P = sizes[name]
+        p = mamba2_params(D, N, E, P)
+        x = torch.randn(Bsz, T, D)
+        s = time_fwdbwd(lambda: mamba2_block(p, x).square().mean(), p, repeats, warmup)
+        print(f"torch {name} fwdbwd_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} N={N} "
+              f"E={E} P={P} chunk=64 {tail}", flush=True)
+    if "llama" in cases:
+        D, nh, d_inner = 256, 4, 1024
+        p = llama_params(D, nh, d_inner)
+        cos, sin = rope_tables(T, D // nh)
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        x = torch.randn(Bsz, T, D)
+        s = time_fwdbwd(lambda: llama_block(p, x, cos, sin, mask).square().mean(), p, repeats, warmup)
+        print(f"torch llama fwdbwd_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} "
+              f"n_head={nh} d_inner={d_inner} h={(2 * d_inner) // 3} {tail}", flush=True)
+
+
+if __name__ == "__main__":
+    main(ARGS)
