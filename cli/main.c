@@ -13,6 +13,10 @@ static void usage(FILE *f) {
             "  --version            print version and build configuration\n"
             "  info CKPT            model type, sizes, parameter count and stored config of a checkpoint\n"
             "  init OUT [--key v]   write a freshly initialised model checkpoint (keys: `implicit init --help`)\n"
+            "  train [CFG] [--k v]  train a model on a task (`implicit train --help` lists every key)\n"
+            "  train --resume DIR   continue an interrupted run bit-exactly\n"
+            "  eval CKPT [--k v]    evaluate a checkpoint at several lengths / p values\n"
+            "  data dump|show       write or inspect a task's data as a binary file\n"
             "  smoke                build every model family, run forward/backward/step, save and reload\n");
 }
 
@@ -82,6 +86,9 @@ static int cmd_init(int argc, char **argv) {
 }
 
 int cmd_smoke(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 1; }
@@ -94,6 +101,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "init")) return cmd_init(argc - 2, argv + 2);
     if (!strcmp(cmd, "smoke")) return cmd_smoke(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\nhint: run `implicit --help`\n", cmd);
     return 1;
 }

@@ -27,13 +27,22 @@ int err_set(int code, const char *fmt, ...) {
 }
 
 int err_wrap(int code, const char *fmt, ...) {
-    char prefix[512], old[sizeof g_err];
+    char old[sizeof g_err];
     memcpy(old, g_err, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
-    snprintf(g_err, sizeof g_err, "%s: %s", prefix, old);
+    /* "prefix: old message", truncated to the buffer */
+    size_t at = n < 0 ? 0 : (size_t)n < sizeof g_err ? (size_t)n : sizeof g_err - 1;
+    if (at + 2 < sizeof g_err) {
+        g_err[at++] = ':';
+        g_err[at++] = ' ';
+        size_t rest = sizeof g_err - 1 - at, len = strlen(old);
+        memcpy(g_err + at, old, len < rest ? len : rest);
+        at += len < rest ? len : rest;
+    }
+    g_err[at] = 0;
     return code;
 }
 

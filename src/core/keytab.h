@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define KEY_STR_LEN 64
+#define KEY_STR_LEN 256
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_STR } KeyType;
 

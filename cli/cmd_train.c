@@ -1,0 +1,243 @@
+/* cmd_train.c: `implicit train` and `implicit eval`.
+ *
+ *   implicit train [CONFIG.json] [--key value ...]      keys: model, task and train tables
+ *   implicit train --resume DIR [--key value ...]       continue a run (train keys only)
+ *   implicit eval CKPT [--key value ...] [--json OUT]   task keys, plus samples / batch
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "implicit.h"
+#include "../src/core/timer.h"
+#include "../src/io/atomic.h"
+#include "../src/io/keyjson.h"
+#include "../src/train/trainer.h"
+
+static int fail(const char *hint) {
+    fprintf(stderr, "error: %s\n", err_msg());
+    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    return 1;
+}
+
+static void train_help(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    cfg_defaults(&m);
+    task_cfg_defaults(&t);
+    train_cfg_defaults(&r);
+    printf("usage: implicit train [CONFIG.json] [--key value ...]\n"
+           "       implicit train --resume DIR [--steps N ...]\n"
+           "A config file is JSON, flat or sectioned {\"model\": {...}, \"task\": {...}, \"train\": {...}};\n"
+           "--key value overrides it. vocab_size defaults to the task's vocabulary.\n\nmodel keys:\n");
+    keytab_print(&model_keytab, &m, stdout);
+    printf("\ntask keys:\n");
+    keytab_print(&task_keytab, &t, stdout);
+    printf("\ntrain keys:\n");
+    keytab_print(&train_keytab, &r, stdout);
+}
+
+typedef struct {
+    int argc;
+    char **argv;
+} Args;
+
+/* Apply `--key value` pairs to the given tables. */
+static int apply_args(const KeyTab *const *tabs, void *const *objs, int n, int argc, char **argv) {
+    for (int i = 0; i < argc; i += 2) {
+        if (strncmp(argv[i], "--", 2)) return err_set(IM_EINVAL, "unexpected argument '%s' (options are --key value)", argv[i]);
+        if (i + 1 >= argc) return err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
+        int rc = keyjson_set_any(tabs, objs, n, argv[i] + 2, argv[i + 1]);
+        if (rc) return rc;
+    }
+    return IM_OK;
+}
+
+static int resume_overrides(Trainer *t, void *ctx) {
+    Args *a = ctx;
+    const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+    void *objs[] = {&t->mcfg, &t->tcfg, &t->cfg};
+    char out[KEY_STR_LEN];
+    snprintf(out, sizeof out, "%s", t->cfg.out);
+    int rc = apply_args(tabs, objs, 3, a->argc, a->argv);
+    snprintf(t->cfg.out, sizeof t->cfg.out, "%s", out);   /* a resumed run stays in its folder */
+    return rc;
+}
+
+static void summary(const Trainer *t, double seconds) {
+    printf("\n%s on task %s (%s", t->mcfg.model, t->tcfg.task, t->tcfg.group);
+    if (!strcmp(t->tcfg.task, "word")) printf(" x %s monoid, p %.2f", t->tcfg.monoid, t->tcfg.p);
+    printf(", train length %d): %d steps in %.1f s, %zu parameters\n", t->tcfg.train_len, t->step, seconds,
+           ptab_count(&t->model.tab));
+    printf("final training loss %.4f; best mean %s %.4f at step %d%s\n", t->losses[t->step - 1], t->cfg.best_metric,
+           t->best, t->best_step, t->skipped ? " (some steps skipped)" : "");
+    eval_print_table(t->last_eval, t->n_last_eval, stdout);
+    if (task_is_ios(t->task)) {
+        int n = t->n_last_eval, *lens = malloc(sizeof(int) * (size_t)n);
+        double *acc = malloc(sizeof(double) * (size_t)n);
+        for (int i = 0; i < n; i++) lens[i] = t->last_eval[i].len, acc[i] = t->last_eval[i].seq_acc;
+        printf("longest length with > 90%% sequence accuracy: %d\n", task_longest_len(lens, acc, n, 0.9));
+        free(lens);
+        free(acc);
+    }
+    printf("checkpoints: %s/model.safetensors, best.safetensors, state.safetensors; log: %s/log.jsonl\n", t->cfg.out,
+           t->cfg.out);
+}
+
+int cmd_train(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) { train_help(); return 0; }
+    Trainer t;
+    int rc;
+    double t0 = timer_now();
+    if (argc >= 2 && !strcmp(argv[0], "--resume")) {
+        Args a = {argc - 2, argv + 2};
+        if ((rc = trainer_resume(&t, argv[1], resume_overrides, &a)))
+            return fail("--resume takes the output folder of an earlier `implicit train` run");
+        fprintf(stderr, "resuming %s at step %d of %d\n", argv[1], t.step, t.cfg.steps);
+    } else {
+        ModelCfg m;
+        TaskCfg task;
+        TrainCfg cfg;
+        cfg_defaults(&m);
+        task_cfg_defaults(&task);
+        train_cfg_defaults(&cfg);
+        m.vocab_size = -1;   /* "from the task" unless a config says otherwise */
+        const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+        void *objs[] = {&m, &task, &cfg};
+        int first = 0;
+        if (argc >= 1 && strncmp(argv[0], "--", 2)) {
+            char *text;
+            size_t len;
+            if (keyjson_read_file(argv[0], &text, &len)) return fail("the first argument is a JSON config file");
+            rc = keyjson_apply(tabs, objs, 3, text, len, argv[0]);
+            free(text);
+            if (rc) return fail("run `implicit train --help` for the keys");
+            first = 1;
+        }
+        if (apply_args(tabs, objs, 3, argc - first, argv + first)) return fail("run `implicit train --help` for the keys");
+        if (task_cfg_validate(&task)) return fail("run `implicit train --help` for the task keys");
+        if (m.vocab_size < 0) {
+            Task *tk;
+            if (task_create(&tk, &task)) return fail(NULL);
+            m.vocab_size = task_vocab(tk);
+            task_free(tk);
+        }
+        if ((rc = trainer_init(&t, &m, &task, &cfg)))
+            return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task" : "check the config keys");
+    }
+    rc = trainer_run(&t, 0);
+    if (rc) {
+        fail(rc == IM_ENUM ? "lower lr, raise clip, or use --on_nan skip" : NULL);
+        trainer_free(&t);
+        return 1;
+    }
+    summary(&t, timer_now() - t0);
+    trainer_free(&t);
+    return 0;
+}
+
+/* ---- eval ------------------------------------------------------------------------------------ */
+static int write_eval_json(const char *path, const char *ckpt, const EvalRow *rows, int n) {
+    JsonBuf b;
+    json_buf_init(&b, 2);
+    json_buf_begin_obj(&b);
+    json_buf_kv_str(&b, "checkpoint", ckpt);
+    json_buf_key(&b, "rows");
+    json_buf_begin_arr(&b);
+    for (int i = 0; i < n; i++) {
+        json_buf_begin_obj(&b);
+        json_buf_kv_int(&b, "len", rows[i].len);
+        if (rows[i].p >= 0) json_buf_kv_num(&b, "p", rows[i].p);
+        json_buf_kv_int(&b, "samples", rows[i].samples);
+        json_buf_kv_num(&b, "loss", rows[i].loss);
+        json_buf_kv_num(&b, "tok_acc", rows[i].tok_acc);
+        json_buf_kv_num(&b, "last10_acc", rows[i].last10_acc);
+        json_buf_kv_num(&b, "seq_acc", rows[i].seq_acc);
+        json_buf_end_obj(&b);
+    }
+    json_buf_end_arr(&b);
+    json_buf_end_obj(&b);
+    json_buf_append(&b, "\n", 1);
+    int rc = atomic_write_bytes(path, b.data, b.len);
+    json_buf_free(&b);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+        TaskCfg t;
+        task_cfg_defaults(&t);
+        printf("usage: implicit eval CKPT [--task-key value ...] [--samples N] [--batch N] [--threads N] [--json OUT]\n"
+               "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n\n"
+               "task keys:\n");
+        keytab_print(&task_keytab, &t, stdout);
+        return argc < 1 ? 1 : 0;
+    }
+    Model m;
+    if (ckpt_load(&m, argv[0], NULL)) return fail("is this a checkpoint written by `implicit`?");
+    TaskCfg tc;
+    task_cfg_defaults(&tc);
+    char *stored = NULL;
+    if (!ckpt_read_meta(argv[0], "task", &stored) && stored) {
+        const KeyTab *tabs[] = {&task_keytab};
+        void *objs[] = {&tc};
+        int rc = keyjson_apply(tabs, objs, 1, stored, strlen(stored), argv[0]);
+        free(stored);
+        if (rc) { model_free(&m); return fail(NULL); }
+    }
+    int samples = -1, batch = 64;
+    const char *json_out = NULL;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
+        const char *k = argv[i] + 2, *v = argv[i + 1];
+        if (strncmp(argv[i], "--", 2)) { model_free(&m); err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail(NULL); }
+        if (!strcmp(k, "samples")) samples = atoi(v);
+        else if (!strcmp(k, "batch")) batch = atoi(v);
+        else if (!strcmp(k, "threads")) k_set_threads(atoi(v));
+        else if (!strcmp(k, "json")) json_out = v;
+        else {
+            int rc = keytab_set(&task_keytab, &tc, k, v);
+            if (rc == KEY_NOT_MINE) rc = err_set(IM_EINVAL, "unknown option '--%s'", k);
+            if (rc) { model_free(&m); return fail("run `implicit eval --help`"); }
+        }
+    }
+    if (samples > 0) tc.eval_samples = samples;
+    if (batch < 1) { model_free(&m); err_set(IM_EINVAL, "--batch must be >= 1"); return fail(NULL); }
+    Task *task;
+    if (task_create(&task, &tc)) { model_free(&m); return fail("run `implicit eval --help`"); }
+    if (task_vocab(task) != m.cfg.vocab_size) {
+        err_set(IM_EMISMATCH, "vocabulary mismatch: the checkpoint has %d tokens, task %s on %s needs %d", m.cfg.vocab_size,
+                tc.task, tc.group, task_vocab(task));
+        task_free(task);
+        model_free(&m);
+        return fail("evaluate on the task the model was trained on (stored in the checkpoint)");
+    }
+    const int *lens;
+    const float *ps;
+    int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0, rc = 0;
+    EvalRow *rows = calloc((size_t)nl * np, sizeof *rows);
+    for (int i = 0; i < nl && !rc; i++)
+        for (int j = 0; j < np && !rc; j++) {
+            rc = eval_run(&m, task, lens[i], ps[j], tc.eval_samples, batch, &rows[n]);
+            if (!rc) n++;
+        }
+    if (!rc) {
+        printf("%s: %s, task %s on %s\n", argv[0], m.type->name, tc.task, tc.group);
+        eval_print_table(rows, n, stdout);
+        if (task_is_ios(task)) {
+            int *ls = malloc(sizeof(int) * (size_t)n);
+            double *acc = malloc(sizeof(double) * (size_t)n);
+            for (int i = 0; i < n; i++) ls[i] = rows[i].len, acc[i] = rows[i].seq_acc;
+            printf("longest length with > 90%% sequence accuracy: %d\n", task_longest_len(ls, acc, n, 0.9));
+            free(ls);
+            free(acc);
+        }
+        if (json_out) rc = write_eval_json(json_out, argv[0], rows, n);
+    }
+    free(rows);
+    task_free(task);
+    model_free(&m);
+    return rc ? fail(NULL) : 0;
+}

@@ -1,0 +1,119 @@
+/* task.h: the state-tracking tasks, generated on the fly from a seed.
+ *
+ *   word  G x M word problem with parameter p (implicit-lm §8.2): x_t = g_t*|M| + m_t, where g_t is
+ *         the identity with probability p and else uniform over G, m_t uniform over M; the target
+ *         at every position is the prefix product y_t = y_{t-1}·x_t (y_0 = x_0), componentwise
+ *         (g1,m1)·(g2,m2) = (g1∘g2, m1·m2). Vocabulary |G|*|M| (240 for A5 x aperiodic).
+ *   ios   Illusion-of-State format (fp-rnn §6.1): x_i uniform over G, input [BOS, x_1..x_k],
+ *         labels [BOS, y_1..y_k] with y_t = y_{t-1}∘x_t, y_0 = e. Tokens 0..|G|-1 are elements, then
+ *         the specials PAD=|G|, BOS=|G|+1, UNK, EOS, SEP, CLS, MASK (vocabulary |G|+7, as the
+ *         reference's tokenizer). Training rows have k ~ U{2..train_len}, right-padded with PAD.
+ *
+ * Every row is a pure function of (config, seed, stream, index): a training row of (step, row),
+ * an evaluation row of its sample index. Batches therefore do not depend on the batch size, the
+ * thread count or on what was drawn before, and a resumed run needs only its step number.
+ * An evaluation sample of length L is the prefix of the same sample at any longer length (the
+ * reference evaluates prefixes of one test set the same way), and at a fixed index the word
+ * problem's samples for different p share their random numbers.
+ * Out of scope: the copy / formal-language / catbAbI tasks, model-side loss and training loops.
+ */
+#ifndef IMPLICIT_TASK_H
+#define IMPLICIT_TASK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../core/keytab.h"
+#include "group.h"
+
+/* Target value of positions that are not scored (same value as the models' IGNORE_INDEX). */
+#define TASK_IGNORE (-100)
+/* Most entries of an eval length or eval p list. */
+#define TASK_MAX_EVAL 64
+/* ios specials, as offsets from |G| (fp-rnn §6.1 tokenisation). */
+enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TASK_CLS = 5, TASK_MASK = 6, TASK_N_SPECIAL = 7 };
+
+/* X(type, name, default, help) with type INT | FLOAT | STR (core/keytab.h): the one list of task
+ * keys. It drives the TaskCfg struct, defaults, `--key value` parsing, JSON and the printed config. */
+#define TASK_CFG_KEYS(X)                                                                                  \
+    X(STR, task, "word", "word = G x M word problem with p (implicit-lm 8) | ios = Illusion-of-State format (fp-rnn 6.1)") \
+    X(STR, group, "A5", "group G: S<n>, A<n>, Z<n> or a direct product like A4xZ5 (at most 5040 elements)")  \
+    X(STR, monoid, "aperiodic", "word task: monoid M = aperiodic {E,A,B,X} | trivial (vocab |G|)")        \
+    X(FLOAT, p, 0.9, "word task: probability that a token's group part is the identity")                 \
+    X(INT, train_len, 64, "word: training length T; ios: max length k (trains on lengths 2..k mixed)")   \
+    X(INT, seed, 0, "data seed; training and evaluation are separate streams derived from it")           \
+    X(STR, eval_lens, "", "comma-separated eval lengths; \"\" = word: T,2T,4T; ios: 2 and steps of k/4 up to 4k") \
+    X(STR, eval_ps, "", "word task: comma-separated eval p values; \"\" = the training p and 0.5")       \
+    X(INT, eval_samples, 512, "samples per eval length (and p)")                                          \
+    X(INT, pad_loss, 0, "ios: 1 = pad positions must predict PAD (the reference); 0 = ignored (default): " \
+                        "PAD after PAD is trivial, so scoring it dilutes the loss and inflates token accuracy") \
+    X(INT, shift, 0, "word: 0 = per-position targets y_t (default); 1 = the reference's shifted HF loss, " \
+                     "targets y_{t+1} in training only (spec 12-B2)")
+
+typedef struct {
+    TASK_CFG_KEYS(KEY_FIELD)
+} TaskCfg;
+
+/* The generic view of the table (core/keytab.h): lets a CLI offer one `--key value` to the
+ * model, task and training tables in turn, and apply a sectioned JSON config. */
+extern const KeyTab task_keytab;
+
+void task_cfg_defaults(TaskCfg *c);
+/* 1 if `key` is a task key (lets a caller route `--key value` between config tables). */
+int task_cfg_has(const char *key);
+/* Set one key from text. IM_EINVAL naming the key on an unknown key or an ill-typed value. */
+int task_cfg_set(TaskCfg *c, const char *key, const char *value);
+/* Ranges and consistency (known task, parsable group, lists). IM_EINVAL naming the key. */
+int task_cfg_validate(const TaskCfg *c);
+/* The config as one JSON object in buf (NUL-terminated, truncated to cap). Returns bytes needed. */
+size_t task_cfg_to_json(const TaskCfg *c, char *buf, size_t cap);
+/* "  key  value  # help" lines. */
+void task_cfg_print(const TaskCfg *c, FILE *f);
+
+typedef struct Task Task;
+
+/* Validate the config and build the group tables. IM_EINVAL (naming the key) on a bad config. */
+int task_create(Task **out, const TaskCfg *c);
+void task_free(Task *t);
+const TaskCfg *task_cfg(const Task *t);
+const Group *task_group(const Task *t);
+int task_is_ios(const Task *t);
+
+int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7 */
+int task_seq_len(const Task *t, int len);  /* model sequence length for a task length (ios: len + 1) */
+int task_train_seq_len(const Task *t);     /* task_seq_len(train_len): the T of task_train_batch */
+int task_special(const Task *t, int which);/* ios token id of TASK_PAD, TASK_BOS, ...; -1 for word */
+
+/* Training rows row0..row0+B-1 of optimizer step `step` (row0 lets micro-batches of one step be
+ * generated separately and still equal the whole batch). ids, targets: (B, task_train_seq_len)
+ * with TASK_IGNORE where not scored. */
+void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, int *targets);
+/* Evaluation samples index0..index0+B-1 (a stream separate from training) at task length len
+ * 1..2^20 and, for the word task, identity probability p (ignored by ios).
+ * ids, targets: (B, task_seq_len(len)). Eval targets are never shifted (the reference's metric
+ * compares logits_t with y_t even when it trains with the shifted loss). */
+void task_eval_batch(const Task *t, int len, float p, uint64_t index0, int B, int *ids, int *targets);
+
+/* The eval lists (from eval_lens / eval_ps or the defaults); return the count and point *out at
+ * the task's own array. ios has one p entry, -1 (= "does not apply"). */
+int task_eval_lens(const Task *t, const int **out);
+int task_eval_ps(const Task *t, const float **out);
+
+/* Accuracy counts, accumulated over batches: token accuracy over scored positions, accuracy on
+ * the last 10 scored positions of each row, and whole-row accuracy (all scored positions right;
+ * rows without scored positions are not counted). */
+typedef struct {
+    double tok_ok, tok_n, last10_ok, last10_n, seq_ok, seq_n;
+} TaskScore;
+
+/* s += scores of argmax over the first V logits of each position (ties: lowest id) vs targets.
+ * logits: (B, T, V_stride) with V <= V_stride (padded vocabularies); targets: (B, T). */
+void task_score(TaskScore *s, const float *logits, int V, int V_stride, const int *targets, int B, int T);
+/* Longest length lens[i] with acc[i] > thr among n entries (any order); 0 when none
+ * (the fp-rnn §6.1 length-generalisation criterion with thr = 0.9). */
+int task_longest_len(const int *lens, const double *acc, int n, double thr);
+
+/* A readable token: group element, "(g,m)" pair, or "[PAD]"-style special. */
+int task_token_str(const Task *t, int id, char *buf, size_t cap);
+
+#endif

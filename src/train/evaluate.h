@@ -1,0 +1,26 @@
+/* evaluate.h: evaluation of a model on a task at one (length, p): loss and accuracies over a
+ * fixed, seeded set of samples (the task's eval stream), so numbers are comparable across runs
+ * and independent of batch size and thread count. */
+#ifndef IMPLICIT_EVALUATE_H
+#define IMPLICIT_EVALUATE_H
+
+#include "../data/task.h"
+#include "../models/model.h"
+
+typedef struct {
+    int len;          /* task length */
+    float p;          /* word-problem p (-1: not applicable) */
+    int samples;
+    double loss;      /* mean CE over scored positions */
+    double tok_acc, last10_acc, seq_acc;
+    double seconds;
+} EvalRow;
+
+/* Evaluate `samples` sequences in batches of `batch`. The model is put in eval mode. */
+int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, EvalRow *out);
+/* Value of a metric by name ("seq_acc", "tok_acc", "last10_acc", "loss"); *higher_is_better set. */
+int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_is_better);
+/* Print a table of rows (markdown-style) to f. */
+void eval_print_table(const EvalRow *rows, int n, FILE *f);
+
+#endif

@@ -1,0 +1,44 @@
+/* train_cfg.h: the training-run keys (optimiser, schedule, logging, checkpoints), listed once.
+ * Together with the model keys (models/config.h) and the task keys (data/task.h) they form the
+ * whole configuration of `implicit train`: one JSON file plus `--key value` overrides. */
+#ifndef IMPLICIT_TRAIN_CFG_H
+#define IMPLICIT_TRAIN_CFG_H
+
+#include "../core/keytab.h"
+
+#define TRAIN_CFG_KEYS(X)                                                                              \
+    X(STR, out, "runs/run", "output folder: config.json, log.jsonl, model/best/state checkpoints")     \
+    X(INT, steps, 1000, "optimizer steps")                                                             \
+    X(INT, batch, 32, "sequences per micro-batch")                                                     \
+    X(INT, grad_accum, 1, "micro-batches per optimizer step (gradients summed, loss averaged)")        \
+    X(FLOAT, lr, 1e-3, "peak learning rate")                                                           \
+    X(FLOAT, min_lr, 0.0, "learning rate at the end of the decay")                                     \
+    X(INT, warmup, 100, "linear warm-up steps")                                                        \
+    X(STR, schedule, "cosine", "cosine | linear | constant (after warm-up)")                           \
+    X(FLOAT, beta1, 0.9, "AdamW beta1")                                                                \
+    X(FLOAT, beta2, 0.95, "AdamW beta2")                                                               \
+    X(FLOAT, eps, 1e-8, "AdamW epsilon")                                                               \
+    X(FLOAT, weight_decay, 0.1, "AdamW decoupled weight decay (never on norms, biases, A_log, dt_bias, D)") \
+    X(INT, decay_embeddings, 0, "1 = apply weight decay to the embedding too")                         \
+    X(FLOAT, clip, 1.0, "global grad-norm clipping (0 = off)")                                         \
+    X(INT, seed, 0, "seed of initialisation and dropout")                                              \
+    X(INT, threads, 0, "threads for kernels and BLAS (0 = all cores)")                                 \
+    X(INT, log_every, 10, "steps between log lines / JSONL records")                                   \
+    X(INT, eval_every, 200, "steps between evaluations (0 = only at the end)")                         \
+    X(INT, eval_batch, 64, "sequences per evaluation batch")                                           \
+    X(INT, ckpt_every, 500, "steps between checkpoints (0 = only at the end)")                         \
+    X(STR, best_metric, "seq_acc", "metric that selects best.safetensors: seq_acc | tok_acc | last10_acc | loss") \
+    X(STR, on_nan, "stop", "stop | skip: what a NaN/inf loss or exploding gradient does")              \
+    X(FLOAT, explode_norm, 1e6, "a gradient norm above this counts as exploding")                     \
+    X(STR, progress, "auto", "auto | bar | plain | none")
+
+typedef struct {
+    TRAIN_CFG_KEYS(KEY_FIELD)
+} TrainCfg;
+
+extern const KeyTab train_keytab;
+
+void train_cfg_defaults(TrainCfg *c);
+int train_cfg_validate(const TrainCfg *c);
+
+#endif

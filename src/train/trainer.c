@@ -1,0 +1,417 @@
+/* trainer.c: the training loop, its logs and its checkpoints; see trainer.h. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../core/timer.h"
+#include "../io/atomic.h"
+#include "../io/json.h"
+#include "../io/keyjson.h"
+#include "../io/safetensors.h"
+#include "../kernels/kernels.h"
+#include "../models/ckpt.h"
+#include "progress.h"
+#include "sched.h"
+
+#define STATE_FORMAT "implicit.state"
+
+/* ---- config ------------------------------------------------------------------------------ */
+#define KEY_STRUCT TrainCfg
+static const KeyInfo TRAIN_KEYS[] = {TRAIN_CFG_KEYS(KEY_INFO)};
+#undef KEY_STRUCT
+const KeyTab train_keytab = {"train", TRAIN_KEYS, (int)(sizeof TRAIN_KEYS / sizeof TRAIN_KEYS[0])};
+
+void train_cfg_defaults(TrainCfg *c) {
+    memset(c, 0, sizeof *c);
+    keytab_defaults(&train_keytab, c);
+}
+
+#define BAD(...) return err_set(IM_EINVAL, __VA_ARGS__)
+
+int train_cfg_validate(const TrainCfg *c) {
+    if (!c->out[0]) BAD("train key 'out': an output folder is required");
+    if (c->steps < 1) BAD("train key 'steps': %d must be >= 1", c->steps);
+    if (c->batch < 1) BAD("train key 'batch': %d must be >= 1", c->batch);
+    if (c->grad_accum < 1) BAD("train key 'grad_accum': %d must be >= 1", c->grad_accum);
+    if (!(c->lr > 0)) BAD("train key 'lr' must be > 0");
+    if (c->min_lr < 0 || c->min_lr > c->lr) BAD("train key 'min_lr' must be in [0, lr]");
+    if (c->warmup < 0) BAD("train key 'warmup' must be >= 0");
+    if (sched_parse(c->schedule) < 0) BAD("train key 'schedule': unknown '%s' (cosine | linear | constant)", c->schedule);
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) BAD("train keys 'beta1', 'beta2' must be in [0, 1)");
+    if (!(c->eps > 0)) BAD("train key 'eps' must be > 0");
+    if (c->weight_decay < 0) BAD("train key 'weight_decay' must be >= 0");
+    if (c->clip < 0) BAD("train key 'clip' must be >= 0");
+    if (c->threads < 0) BAD("train key 'threads' must be >= 0");
+    if (c->log_every < 1) BAD("train key 'log_every' must be >= 1");
+    if (c->eval_every < 0 || c->ckpt_every < 0) BAD("train keys 'eval_every', 'ckpt_every' must be >= 0");
+    if (c->eval_batch < 1) BAD("train key 'eval_batch' must be >= 1");
+    EvalRow r = {0};
+    double v;
+    int hib;
+    if (eval_metric(&r, c->best_metric, &v, &hib)) return err_wrap(IM_EINVAL, "train key 'best_metric'");
+    if (strcmp(c->on_nan, "stop") && strcmp(c->on_nan, "skip")) BAD("train key 'on_nan': unknown '%s' (stop | skip)", c->on_nan);
+    if (!(c->explode_norm > 0)) BAD("train key 'explode_norm' must be > 0");
+    if (strcmp(c->progress, "auto") && strcmp(c->progress, "bar") && strcmp(c->progress, "plain") && strcmp(c->progress, "none"))
+        BAD("train key 'progress': unknown '%s' (auto | bar | plain | none)", c->progress);
+    return IM_OK;
+}
+
+char *trainer_config_json(const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg) {
+    size_t nm = keytab_json(&model_keytab, m, NULL, 0), nt = task_cfg_to_json(task, NULL, 0);
+    size_t nr = keytab_json(&train_keytab, cfg, NULL, 0);
+    size_t cap = nm + nt + nr + 64;
+    char *s = xmalloc(cap), *a = xmalloc(nm), *b = xmalloc(nt), *c = xmalloc(nr);
+    keytab_json(&model_keytab, m, a, nm);
+    task_cfg_to_json(task, b, nt);
+    keytab_json(&train_keytab, cfg, c, nr);
+    snprintf(s, cap, "{\"model\": %s, \"task\": %s, \"train\": %s}", a, b, c);
+    free(a); free(b); free(c);
+    return s;
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+static int open_log(Trainer *t) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out);
+    t->log = fopen(path, "a");
+    if (!t->log) return err_set(IM_EIO, "cannot open %s: %s", path, strerror(errno));
+    return IM_OK;
+}
+
+/* Everything shared by a fresh start and a resume, once the three configs are final. */
+static int setup(Trainer *t) {
+    int rc;
+    if ((rc = train_cfg_validate(&t->cfg))) return rc;
+    if ((rc = task_create(&t->task, &t->tcfg))) return rc;
+    if (t->mcfg.vocab_size != task_vocab(t->task))
+        return err_set(IM_EMISMATCH, "vocabulary mismatch: task '%s' on %s has %d tokens but the model's vocab_size is %d",
+                       t->tcfg.task, t->tcfg.group, task_vocab(t->task), t->mcfg.vocab_size);
+    if ((rc = model_create(&t->model, &t->mcfg))) return rc;
+    if (t->cfg.decay_embeddings)
+        for (int i = 0; i < t->model.tab.n; i++)
+            if (!strcmp(t->model.tab.p[i].name, "word_emb.emb.weight")) t->model.tab.p[i].decay = 1;
+    AdamWCfg oc = {(float)t->cfg.lr, (float)t->cfg.beta1, (float)t->cfg.beta2, (float)t->cfg.eps,
+                   (float)t->cfg.weight_decay, (float)t->cfg.clip};
+    if ((rc = adamw_init(&t->opt, &t->model, &oc))) return rc;
+    if (t->cfg.threads > 0) k_set_threads(t->cfg.threads);
+    t->losses = xcalloc((size_t)t->cfg.steps, sizeof(double));
+    if ((rc = make_dirs(t->cfg.out))) return rc;
+    return open_log(t);
+}
+
+int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg) {
+    memset(t, 0, sizeof *t);
+    t->mcfg = *m;
+    t->tcfg = *task;
+    t->cfg = *cfg;
+    t->best = NAN;
+    int rc = setup(t);
+    if (rc) { trainer_free(t); return rc; }
+    model_init_params(&t->model, (uint64_t)t->cfg.seed);
+    rng_seed(&t->model.rng, (uint64_t)t->cfg.seed, 7);
+    char *json = trainer_config_json(&t->mcfg, &t->tcfg, &t->cfg), path[4200];
+    snprintf(path, sizeof path, "%s/config.json", t->cfg.out);
+    rc = atomic_write_bytes(path, json, strlen(json));
+    free(json);
+    if (rc) { trainer_free(t); return err_wrap(rc, "output folder '%s' is not writable", cfg->out); }
+    return IM_OK;
+}
+
+/* ---- checkpoints --------------------------------------------------------------------------- */
+static int save_state(Trainer *t, const char *path) {
+    const ParamTable *tab = &t->model.tab;
+    int n = tab->n;
+    StWriteTensor *ts = xcalloc((size_t)3 * n, sizeof *ts);
+    char (*names)[PARAM_NAME_LEN + 16] = xcalloc((size_t)3 * n, sizeof *names);
+    const char *prefix[3] = {"param.", "adam.m.", "adam.v."};
+    const float *blocks[3] = {t->model.params, t->opt.m, t->opt.v};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n; i++) {
+            const ParamInfo *p = &tab->p[i];
+            StWriteTensor *w = &ts[k * n + i];
+            snprintf(names[k * n + i], sizeof names[0], "%s%s", prefix[k], p->name);
+            w->name = names[k * n + i];
+            w->dtype = ST_F32;
+            w->ndim = p->ndim;
+            for (int d = 0; d < p->ndim; d++) w->shape[d] = p->shape[d];
+            w->data = blocks[k] + p->offset;
+        }
+    char step[32], adam_t[32], rs[32], ri[32], best[40], best_step[32], skipped[32];
+    snprintf(step, sizeof step, "%d", t->step);
+    snprintf(adam_t, sizeof adam_t, "%d", t->opt.t);
+    snprintf(rs, sizeof rs, "%llu", (unsigned long long)t->model.rng.state);
+    snprintf(ri, sizeof ri, "%llu", (unsigned long long)t->model.rng.inc);
+    snprintf(best, sizeof best, "%.17g", t->best);
+    snprintf(best_step, sizeof best_step, "%d", t->best_step);
+    snprintf(skipped, sizeof skipped, "%d", t->skipped);
+    char *cfg = trainer_config_json(&t->mcfg, &t->tcfg, &t->cfg);
+    const char *kv[] = {"format", STATE_FORMAT, "format_version", "1", "step", step, "adam_t", adam_t,
+                        "rng_state", rs, "rng_inc", ri, "best", best, "best_step", best_step,
+                        "skipped", skipped, "config", cfg, NULL};
+    int rc = st_write(path, ts, 3 * n, kv);
+    free(cfg);
+    free(names);
+    free(ts);
+    return rc;
+}
+
+static int save_model(Trainer *t, const char *name) {
+    char path[4200], step[32];
+    snprintf(path, sizeof path, "%s/%s", t->cfg.out, name);
+    snprintf(step, sizeof step, "%d", t->step);
+    char *cfg = trainer_config_json(&t->mcfg, &t->tcfg, &t->cfg);
+    size_t nt = task_cfg_to_json(&t->tcfg, NULL, 0);
+    char *task = xmalloc(nt);
+    task_cfg_to_json(&t->tcfg, task, nt);
+    const char *kv[] = {"step", step, "task", task, "run_config", cfg, NULL};
+    int rc = ckpt_save(&t->model, path, kv);
+    free(cfg);
+    free(task);
+    return rc;
+}
+
+int trainer_save(Trainer *t) {
+    char path[4200];
+    /* state first: it is self-contained, so a kill before model.safetensors is renamed loses
+     * nothing that resume needs */
+    snprintf(path, sizeof path, "%s/state.safetensors", t->cfg.out);
+    int rc = save_state(t, path);
+    if (!rc) rc = save_model(t, "model.safetensors");
+    return rc;
+}
+
+static int meta_u64(const StFile *f, const char *key, unsigned long long *out, const char *path) {
+    const char *v = st_meta(f, key);
+    char *end;
+    if (!v) return err_set(IM_EFORMAT, "%s: metadata '%s' missing", path, key);
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (errno || end == v || *end) return err_set(IM_EFORMAT, "%s: metadata '%s' = '%s' is not a number", path, key, v);
+    return IM_OK;
+}
+
+static int load_block(const StFile *f, const char *path, const char *prefix, const ParamTable *tab, float *block) {
+    char name[PARAM_NAME_LEN + 16];
+    for (int i = 0; i < tab->n; i++) {
+        const ParamInfo *p = &tab->p[i];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        const StTensor *st = st_find(f, name);
+        if (!st || st->dtype != ST_F32 || st_numel(st) != p->numel)
+            return err_set(IM_EMISMATCH, "%s: tensor '%s' missing or of the wrong size", path, name);
+        memcpy(block + p->offset, st_data(f, st), p->numel * sizeof(float));
+    }
+    return IM_OK;
+}
+
+int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void *), void *ctx) {
+    memset(t, 0, sizeof *t);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/state.safetensors", dir);
+    StFile f;
+    int rc = st_read(&f, path);
+    if (rc) return err_wrap(rc, "cannot resume from '%s'", dir);
+    const char *fmt = st_meta(&f, "format"), *cfg = st_meta(&f, "config");
+    if (!fmt || strcmp(fmt, STATE_FORMAT) || !cfg) {
+        st_free(&f);
+        return err_set(IM_EFORMAT, "%s: not a training state (format '%s')", path, fmt ? fmt : "missing");
+    }
+    cfg_defaults(&t->mcfg);
+    task_cfg_defaults(&t->tcfg);
+    train_cfg_defaults(&t->cfg);
+    const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+    void *objs[] = {&t->mcfg, &t->tcfg, &t->cfg};
+    rc = keyjson_apply(tabs, objs, 3, cfg, strlen(cfg), path);
+    snprintf(t->cfg.out, sizeof t->cfg.out, "%s", dir);
+    ModelCfg m0 = t->mcfg;
+    TaskCfg t0 = t->tcfg;
+    if (!rc && overrides) rc = overrides(t, ctx);
+    if (!rc && (memcmp(&m0, &t->mcfg, sizeof m0) || memcmp(&t0, &t->tcfg, sizeof t0)))
+        rc = err_set(IM_EINVAL, "--resume may change training keys only, not the model or the task");
+    if (!rc) rc = setup(t);
+    unsigned long long step = 0, adam_t = 0, rs = 0, ri = 0, bs = 0, sk = 0;
+    if (!rc) rc = meta_u64(&f, "step", &step, path);
+    if (!rc) rc = meta_u64(&f, "adam_t", &adam_t, path);
+    if (!rc) rc = meta_u64(&f, "rng_state", &rs, path);
+    if (!rc) rc = meta_u64(&f, "rng_inc", &ri, path);
+    if (!rc) rc = meta_u64(&f, "best_step", &bs, path);
+    if (!rc) rc = meta_u64(&f, "skipped", &sk, path);
+    if (!rc && (int)step > t->cfg.steps)
+        rc = err_set(IM_EINVAL, "the state is at step %llu, beyond --steps %d", step, t->cfg.steps);
+    if (!rc) rc = load_block(&f, path, "param.", &t->model.tab, t->model.params);
+    if (!rc) rc = load_block(&f, path, "adam.m.", &t->model.tab, t->opt.m);
+    if (!rc) rc = load_block(&f, path, "adam.v.", &t->model.tab, t->opt.v);
+    if (!rc) {
+        t->step = (int)step;
+        t->opt.t = (int)adam_t;
+        t->model.rng.state = rs;
+        t->model.rng.inc = ri;
+        t->best_step = (int)bs;
+        t->skipped = (int)sk;
+        const char *b = st_meta(&f, "best");
+        t->best = b ? strtod(b, NULL) : NAN;
+    }
+    st_free(&f);
+    if (rc) trainer_free(t);
+    return rc;
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+static void log_eval(Trainer *t, const EvalRow *r) {
+    JsonBuf b;
+    json_buf_init(&b, 0);
+    json_buf_begin_obj(&b);
+    json_buf_key(&b, "type"); json_buf_str(&b, "eval");
+    json_buf_key(&b, "step"); json_buf_int(&b, t->step);
+    json_buf_key(&b, "len"); json_buf_int(&b, r->len);
+    if (r->p >= 0) { json_buf_key(&b, "p"); json_buf_num(&b, r->p); }
+    json_buf_key(&b, "samples"); json_buf_int(&b, r->samples);
+    json_buf_key(&b, "loss"); json_buf_num(&b, r->loss);
+    json_buf_key(&b, "tok_acc"); json_buf_num(&b, r->tok_acc);
+    json_buf_key(&b, "last10_acc"); json_buf_num(&b, r->last10_acc);
+    json_buf_key(&b, "seq_acc"); json_buf_num(&b, r->seq_acc);
+    json_buf_key(&b, "seconds"); json_buf_num(&b, r->seconds);
+    json_buf_end_obj(&b);
+    fprintf(t->log, "%s\n", b.data);
+    fflush(t->log);
+    json_buf_free(&b);
+}
+
+int trainer_eval(Trainer *t) {
+    const int *lens;
+    const float *ps;
+    int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps);
+    free(t->last_eval);
+    t->last_eval = xcalloc((size_t)nl * np, sizeof *t->last_eval);
+    t->n_last_eval = 0;
+    double sum = 0;
+    int hib = 1;
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < np; j++) {
+            EvalRow *r = &t->last_eval[t->n_last_eval];
+            int rc = eval_run(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch, r);
+            if (rc) return rc;
+            t->n_last_eval++;
+            log_eval(t, r);
+            double v;
+            eval_metric(r, t->cfg.best_metric, &v, &hib);
+            sum += v;
+        }
+    /* best = mean of the metric over all eval lengths and p values */
+    double score = sum / t->n_last_eval;
+    if (isnan(t->best) || (hib ? score > t->best : score < t->best)) {
+        t->best = score;
+        t->best_step = t->step;
+        return save_model(t, "best.safetensors");
+    }
+    return IM_OK;
+}
+
+static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr, double tok_s, double elapsed) {
+    JsonBuf b;
+    json_buf_init(&b, 0);
+    json_buf_begin_obj(&b);
+    json_buf_key(&b, "type"); json_buf_str(&b, "train");
+    json_buf_key(&b, "step"); json_buf_int(&b, t->step);
+    json_buf_key(&b, "loss"); json_buf_num(&b, loss);
+    json_buf_key(&b, "acc"); json_buf_num(&b, acc);
+    json_buf_key(&b, "grad_norm"); json_buf_num(&b, gnorm);
+    json_buf_key(&b, "lr"); json_buf_num(&b, lr);
+    json_buf_key(&b, "tok_s"); json_buf_num(&b, tok_s);
+    json_buf_key(&b, "elapsed"); json_buf_num(&b, elapsed);
+    json_buf_end_obj(&b);
+    fprintf(t->log, "%s\n", b.data);
+    fflush(t->log);
+    json_buf_free(&b);
+}
+
+/* One optimizer step over grad_accum micro-batches. Returns the mean loss (NaN propagates). */
+static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
+    int B = t->cfg.batch, T = task_train_seq_len(t->task), A = t->cfg.grad_accum;
+    double loss_sum = 0;
+    model_zero_grad(&t->model);
+    t->model.training = 1;
+    for (int a = 0; a < A && !*rc; a++) {
+        task_train_batch(t->task, (uint64_t)t->step, a * B, B, ids, tg);
+        float loss = 0;
+        *rc = model_fwd(&t->model, ids, tg, B, T, &loss);
+        if (*rc) break;
+        model_bwd(&t->model);
+        loss_sum += loss;
+        task_score(s, t->model.logits, task_vocab(t->task), t->model.V, tg, B, T);
+    }
+    if (A > 1) k_axpby(t->model.grads, 0.0f, t->model.grads, 1.0f / (float)A, t->model.tab.total);
+    return loss_sum / A;
+}
+
+int trainer_run(Trainer *t, int stop_at) {
+    int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK;
+    int *ids = xmalloc(sizeof(int) * (size_t)B * T), *tg = xmalloc(sizeof(int) * (size_t)B * T);
+    Progress pg;
+    progress_init(&pg, t->cfg.progress, t->cfg.steps, t->step);
+    double t0 = timer_now(), t_log = t0;
+    long tokens_since_log = 0;
+    int kind = sched_parse(t->cfg.schedule);
+    char msg[512];
+    while (t->step < t->cfg.steps && (stop_at <= 0 || t->step < stop_at)) {
+        TaskScore s = {0};
+        double loss = train_step(t, ids, tg, &s, &rc);
+        if (rc) break;
+        float lr = sched_lr(kind, t->step, t->cfg.steps, t->cfg.warmup, (float)t->cfg.lr, (float)t->cfg.min_lr);
+        double gnorm = optim_grad_norm(&t->model);
+        if (!isfinite(loss) || !isfinite(gnorm) || gnorm > t->cfg.explode_norm) {
+            snprintf(msg, sizeof msg, "step %d: %s (loss %g, grad norm %g)", t->step + 1,
+                     !isfinite(loss) ? "the loss is not finite" : "the gradient exploded", loss, gnorm);
+            if (!strcmp(t->cfg.on_nan, "stop")) {
+                rc = err_set(IM_ENUM, "%s; stopped. The last good checkpoint is %s/model.safetensors (step %d)", msg,
+                             t->cfg.out, t->step / (t->cfg.ckpt_every ? t->cfg.ckpt_every : 1) * t->cfg.ckpt_every);
+                break;
+            }
+            progress_note(&pg, msg);
+            t->skipped++;
+            t->step++;
+            continue;
+        }
+        adamw_step(&t->opt, &t->model, lr);
+        t->losses[t->step] = loss;
+        t->step++;
+        tokens_since_log += (long)B * T * t->cfg.grad_accum;
+        double acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
+        if (t->step % t->cfg.log_every == 0 || t->step == t->cfg.steps) {
+            double now = timer_now(), tok_s = tokens_since_log / fmax(now - t_log, 1e-9);
+            log_step(t, loss, acc, gnorm, lr, tok_s, now - t0);
+            progress_update(&pg, t->step, loss, acc, tok_s, NULL);
+            t_log = now;
+            tokens_since_log = 0;
+        }
+        if (t->cfg.eval_every > 0 && t->step % t->cfg.eval_every == 0 && t->step < t->cfg.steps) {
+            if ((rc = trainer_eval(t))) break;
+            snprintf(msg, sizeof msg, "eval @ step %d: %s %.4f (best %.4f @ %d)", t->step, t->cfg.best_metric,
+                     t->last_eval[0].seq_acc, t->best, t->best_step);
+            if (pg.mode == PROGRESS_PLAIN) progress_note(&pg, msg);
+        }
+        if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)
+            if ((rc = trainer_save(t))) break;
+    }
+    progress_done(&pg);
+    if (!rc && t->step == t->cfg.steps) {
+        rc = trainer_eval(t);
+        if (!rc) rc = trainer_save(t);
+    }
+    free(ids);
+    free(tg);
+    return rc;
+}
+
+void trainer_free(Trainer *t) {
+    if (t->log) fclose(t->log);
+    if (t->task) task_free(t->task);
+    adamw_free(&t->opt);
+    model_free(&t->model);
+    free(t->last_eval);
+    free(t->losses);
+    memset(t, 0, sizeof *t);
+}

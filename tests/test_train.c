@@ -1,0 +1,242 @@
+/* test_train.c: the training loop — bit-exact resume, atomic checkpoints under a kill,
+ * NaN handling, gradient accumulation, config parsing, schedules. Tiny models, a few dozen
+ * steps each, so the whole binary runs in seconds. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/core/check.h"
+#include "../src/io/keyjson.h"
+#include "../src/models/ckpt.h"
+#include "../src/train/sched.h"
+#include "../src/train/trainer.h"
+#include "th.h"
+
+static char root[64];
+
+static void configs(ModelCfg *m, TaskCfg *t, TrainCfg *r, const char *family, const char *out, int steps) {
+    cfg_defaults(m);
+    task_cfg_defaults(t);
+    train_cfg_defaults(r);
+    cfg_set(m, "model", family);
+    cfg_set(m, "d_model", "16");
+    cfg_set(m, "n_layer", "1");
+    cfg_set(m, "d_state", "8");
+    cfg_set(m, "headdim", "8");
+    cfg_set(m, "dropout", "0.1");            /* dropout draws: resume must restore the RNG */
+    keytab_set(&task_keytab, t, "group", "S3");
+    keytab_set(&task_keytab, t, "train_len", "8");
+    keytab_set(&task_keytab, t, "eval_lens", "8");
+    keytab_set(&task_keytab, t, "eval_samples", "16");
+    Task *tk;
+    task_create(&tk, t);
+    m->vocab_size = task_vocab(tk);
+    task_free(tk);
+    snprintf(r->out, sizeof r->out, "%s/%s", root, out);
+    r->steps = steps;
+    r->batch = 4;
+    r->warmup = 3;
+    r->lr = 3e-3;
+    r->log_every = 5;
+    r->eval_every = 10;
+    r->ckpt_every = 10;
+    snprintf(r->progress, sizeof r->progress, "none");
+}
+
+static void bit_exact_resume(const char *family) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a, b;
+    enum { N = 20 };
+    configs(&m, &t, &r, family, "full", N);
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s init: %s", family, err_msg());
+    TH_CHECK(trainer_run(&a, 0) == 0, "%s run: %s", family, err_msg());
+    configs(&m, &t, &r, family, "half", N);
+    TH_CHECK(trainer_init(&b, &m, &t, &r) == 0, "%s init: %s", family, err_msg());
+    TH_CHECK(trainer_run(&b, N / 2) == 0 && b.step == N / 2, "%s half run: %s", family, err_msg());
+    double first[N];
+    memcpy(first, b.losses, sizeof first);
+    trainer_free(&b);  /* the process "dies" here: state.safetensors at step N/2 is all that is left */
+    TH_CHECK(trainer_resume(&b, r.out, NULL, NULL) == 0, "%s resume: %s", family, err_msg());
+    TH_CHECK(b.step == N / 2, "%s resumed at step %d", family, b.step);
+    TH_CHECK(trainer_run(&b, 0) == 0, "%s resumed run: %s", family, err_msg());
+    int same = 1;
+    for (int i = 0; i < N; i++) same &= (i < N / 2 ? first[i] : b.losses[i]) == a.losses[i];
+    TH_CHECK(same, "%s: resumed losses differ from the uninterrupted run", family);
+    TH_CHECK(!memcmp(a.model.params, b.model.params, a.model.tab.total * sizeof(float)),
+             "%s: final weights differ after resume", family);
+    TH_CHECK(a.losses[N - 1] < a.losses[0], "%s: loss did not go down (%g -> %g)", family, a.losses[0], a.losses[N - 1]);
+    trainer_free(&a);
+    trainer_free(&b);
+}
+
+/* Gradient accumulation: 2 micro-batches of 4 rows = 1 batch of 8 rows (same rows by design). */
+static void grad_accum(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a, b;
+    configs(&m, &t, &r, "lstm", "acc1", 3);
+    cfg_set(&m, "dropout", "0");
+    r.batch = 8;
+    trainer_init(&a, &m, &t, &r);
+    configs(&m, &t, &r, "lstm", "acc2", 3);
+    cfg_set(&m, "dropout", "0");
+    r.batch = 4;
+    r.grad_accum = 2;
+    trainer_init(&b, &m, &t, &r);
+    TH_CHECK(trainer_run(&a, 0) == 0 && trainer_run(&b, 0) == 0, "accum runs: %s", err_msg());
+    double e = 0;
+    for (int i = 0; i < 3; i++) e = fmax(e, fabs(a.losses[i] - b.losses[i]) / fabs(a.losses[i]));
+    TH_CHECK(e < 1e-5, "grad_accum 2x4 vs batch 8: loss rel diff %g", e);
+    trainer_free(&a);
+    trainer_free(&b);
+}
+
+/* A NaN stops the run with IM_ENUM and leaves the last good checkpoint loadable. */
+static void nan_stop(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a;
+    configs(&m, &t, &r, "mamba2", "nan", 30);
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s", err_msg());
+    TH_CHECK(trainer_run(&a, 10) == 0, "%s", err_msg());   /* a good checkpoint at step 10 */
+    trainer_free(&a);
+    TH_CHECK(trainer_resume(&a, r.out, NULL, NULL) == 0, "%s", err_msg());
+    /* poison the weights: the next loss is NaN */
+    a.model.params[0] = NAN;
+    int rc = trainer_run(&a, 0);
+    TH_CHECK(rc == IM_ENUM && strstr(err_msg(), "not finite"), "NaN loss: rc %d, %s", rc, err_msg());
+    TH_CHECK(a.step == 10, "stopped at step %d", a.step);
+    trainer_free(&a);
+    Model chk;
+    char p[512];
+    snprintf(p, sizeof p, "%s/model.safetensors", r.out);
+    TH_CHECK(ckpt_load(&chk, p, NULL) == 0 && isfinite(chk.params[0]), "last good checkpoint: %s", err_msg());
+    model_free(&chk);
+    /* on_nan = skip: the run goes on */
+    TH_CHECK(trainer_resume(&a, r.out, NULL, NULL) == 0, "%s", err_msg());
+    snprintf(a.cfg.on_nan, sizeof a.cfg.on_nan, "skip");
+    a.cfg.explode_norm = 1e-30;
+    TH_CHECK(trainer_run(&a, 12) == 0 && a.skipped == 2 && a.step == 12, "skip: rc/skipped %d/%d", a.step, a.skipped);
+    trainer_free(&a);
+}
+
+/* Kill a writer at random moments: the checkpoint on disk is always complete (old or new). */
+static void kill_during_write(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    configs(&m, &t, &r, "llama", "kill", 1);
+    cfg_set(&m, "d_model", "64");
+    cfg_set(&m, "n_layer", "4");
+    cfg_set(&m, "d_inner", "256");
+    Model a;
+    TH_CHECK(model_create(&a, &m) == 0, "%s", err_msg());
+    model_init_params(&a, 1);
+    char p[256];
+    snprintf(p, sizeof p, "%s/kill.safetensors", root);
+    TH_CHECK(ckpt_save(&a, p, NULL) == 0, "%s", err_msg());
+    int good = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int i = 0;; i++) {
+                a.params[0] = (float)i;
+                ckpt_save(&a, p, NULL);
+            }
+        }
+        struct timespec ts = {0, (2000 + 1500 * trial) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        Model b;
+        int rc = ckpt_load(&b, p, NULL);
+        good += rc == 0;
+        if (rc == 0) model_free(&b);
+        else printf("  load after kill %d: %s\n", trial, err_msg());
+    }
+    TH_CHECK(good == 12, "checkpoint unreadable after %d of 12 kills", 12 - good);
+    model_free(&a);
+}
+
+static void config_parsing(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    cfg_defaults(&m);
+    task_cfg_defaults(&t);
+    train_cfg_defaults(&r);
+    const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+    void *objs[] = {&m, &t, &r};
+    const char *good = "{\"model\": {\"model\": \"llama\", \"d_model\": 32}, \"task\": {\"group\": \"S4\"}, \"lr\": 0.01, \"steps\": 7}";
+    TH_CHECK(keyjson_apply(tabs, objs, 3, good, strlen(good), "good.json") == 0, "good config: %s", err_msg());
+    TH_CHECK(!strcmp(m.model, "llama") && m.d_model == 32 && !strcmp(t.group, "S4") && r.lr == 0.01 && r.steps == 7,
+             "good config values");
+    struct { const char *json, *needle; } bad[] = {
+        {"{\"stepz\": 3}", "unknown key 'stepz'"},
+        {"{\"steps\": \"many\"}", "'steps'"},
+        {"{\"steps\": 1.5}", "'steps'"},
+        {"{\"lr\": [1]}", "'lr'"},
+        {"[1, 2]", "JSON object"},
+        {"{\"model\": {\"d_model\": 3", "json"},
+        {"{\"train\": {\"d_model\": 3}}", "unknown key 'd_model'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = keyjson_apply(tabs, objs, 3, bad[i].json, strlen(bad[i].json), "bad.json");
+        TH_CHECK(rc != 0 && strstr(err_msg(), bad[i].needle), "bad config %s: rc %d, '%s'", bad[i].json, rc, err_msg());
+    }
+    train_cfg_defaults(&r);
+    r.steps = 0;
+    TH_CHECK(train_cfg_validate(&r) == IM_EINVAL && strstr(err_msg(), "steps"), "steps 0");
+    train_cfg_defaults(&r);
+    snprintf(r.best_metric, sizeof r.best_metric, "f1");
+    TH_CHECK(train_cfg_validate(&r) == IM_EINVAL && strstr(err_msg(), "best_metric"), "bad metric");
+    /* vocabulary mismatch between model and task is reported, not trained */
+    ModelCfg mm;
+    TaskCfg tt;
+    TrainCfg rr;
+    Trainer tr;
+    configs(&mm, &tt, &rr, "lstm", "vocab", 2);
+    mm.vocab_size = 99;
+    TH_CHECK(trainer_init(&tr, &mm, &tt, &rr) == IM_EMISMATCH && strstr(err_msg(), "vocabulary mismatch"),
+             "vocab mismatch: %s", err_msg());
+    /* an unwritable output folder */
+    configs(&mm, &tt, &rr, "lstm", "x", 2);
+    snprintf(rr.out, sizeof rr.out, "/proc/implicit-no/such");
+    TH_CHECK(trainer_init(&tr, &mm, &tt, &rr) == IM_EIO, "unwritable out: %s", err_msg());
+}
+
+static void schedules(void) {
+    TH_CHECK(fabsf(sched_lr(SCHED_COSINE, 0, 100, 10, 1, 0) - 0.1f) < 1e-6f, "warm-up start");
+    TH_CHECK(fabsf(sched_lr(SCHED_COSINE, 9, 100, 10, 1, 0) - 1.0f) < 1e-6f, "warm-up end");
+    TH_CHECK(fabsf(sched_lr(SCHED_COSINE, 55, 100, 10, 1, 0) - 0.5f) < 1e-6f, "cosine midpoint");
+    TH_CHECK(fabsf(sched_lr(SCHED_LINEAR, 55, 100, 10, 1, 0.1f) - 0.55f) < 1e-6f, "linear midpoint");
+    TH_CHECK(sched_lr(SCHED_CONSTANT, 99, 100, 10, 1, 0) == 1.0f, "constant");
+    TH_CHECK(sched_parse("warmup-stable") < 0, "unknown schedule");
+}
+
+int main(void) {
+    th_name = "test_train";
+    snprintf(root, sizeof root, "/tmp/implicit-test-train-%d", (int)getpid());
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", root);
+    TH_CHECK(system(cmd) == 0, "mkdir");
+    schedules();
+    config_parsing();
+    bit_exact_resume("mamba2");
+    bit_exact_resume("llama");
+    bit_exact_resume("lstm");
+    grad_accum();
+    nan_stop();
+    kill_during_write();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    TH_CHECK(system(cmd) == 0, "cleanup");
+    return th_done();
+}
