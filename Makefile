@@ -39,8 +39,9 @@ ifeq ($(WERROR),1)
 endif
 CFLAGS ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(CFLAGS)
-# Fast kernels may fuse multiply-adds; the references and everything else keep ISO semantics.
-KERNEL_CFLAGS = -ffp-contract=fast
+# Fast kernels may fuse multiply-adds, and never read errno (so sqrtf can vectorise); the
+# references and everything else keep ISO semantics.
+KERNEL_CFLAGS = -ffp-contract=fast -fno-math-errno
 
 LIB_SRC := $(shell find src -name '*.c' | sort)
 CLI_SRC := $(wildcard cli/*.c)

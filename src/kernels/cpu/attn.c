@@ -1,0 +1,298 @@
+/* cpu/attn.c: fast rotary embedding and causal softmax attention (spec implicit-lm §1.5).
+ *
+ * RoPE: a per-call (T, HD/2) cos/sin table with exactly the float recipe of ref/attn.c, then one
+ * pass over (b, t) rows in parallel.
+ * Attention forward: parallel over (b, head); per block of QB query rows a two-pass softmax:
+ * S = Q_blk K^T (only keys <= the block's last row), row max, exp, sum, O = P V / sum,
+ * lse = max + log(sum). The products run through kseq_mm (seq_mm.h), split into the keys before
+ * the block (full) and the diagonal block (triangular); K^T (and V^T in the backward) is formed
+ * once per (b, head) so that no product re-packs its operands.
+ * Attention backward (flash-attention style, probabilities recomputed from lse): per block
+ *   P = exp(S - lse), dP = dO V^T, D = rowsum(dO o O), dS = P o (dP - D) * scale,
+ *   dq_blk += dS K,  dk += dS^T Q_blk,  dv += P^T dO_blk.
+ * One thread owns each (b, head) and walks its query blocks in order, so the sums over queries in
+ * dk and dv are deterministic at any thread count. Softmax exponentials use vmath.h's vexp (vectorisable,
+ * about 2 ulp, NaN-preserving) instead of scalar libm expf.
+ * Scratch (malloc per call): per thread 2*QB*T + 2*HD*T + QB + 32*max(T, HD) floats; the step
+ * uses n_cached + 1 floats per thread.
+ * Out of scope: masks other than causal, GQA, dropout on probabilities.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "../../core/check.h"
+#include "seq_mm.h"
+#include "vmath.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define QB 64 /* query rows per block */
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* x[i] = e^{x[i]} with vmath.h's vectorisable vexp (libm expf is a scalar call and dominated the
+ * softmax); NaN stays NaN, so a diverging solver still shows up in the output. */
+static void exp_inplace(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = vexp(x[i]);
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+/* cs:(T, HD/2, 2) cos and sin for positions pos0 + t; same float recipe as ref/attn.c rope_cs. */
+static float *rope_table(int T, int HD, int pos0, float theta) {
+    int half = HD / 2;
+    float *cs = malloc(sizeof(float) * (2 * (size_t)T * half + 1));
+    CHECK(cs, "rope: out of memory");
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+        for (int t = 0; t < T; t++) {
+            float ang = (float)(pos0 + t) * inv_freq;
+            cs[((size_t)t * half + i) * 2] = (float)cos((double)ang);
+            cs[((size_t)t * half + i) * 2 + 1] = (float)sin((double)ang);
+        }
+    }
+    return cs;
+}
+
+/* y = R x (inverse = 0) or dx += R^T x (inverse = 1) over (B, T, NH, HD). */
+static void rope_apply(float *y, const float *x, int B, int T, int NH, int HD, int pos0,
+                       float theta, int inverse) {
+    CHECK(HD > 0 && HD % 2 == 0, "rope: HD=%d must be even", HD);
+    int half = HD / 2;
+    float *cs = rope_table(T, HD, pos0, theta);
+#pragma omp parallel for schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        const float *c = cs + (size_t)(bt % T) * half * 2;
+        for (int h = 0; h < NH; h++) {
+            size_t o = ((size_t)bt * NH + h) * HD;
+            for (int i = 0; i < half; i++) {
+                float co = c[2 * i], si = c[2 * i + 1];
+                float x1 = x[o + i], x2 = x[o + i + half]; /* both read first: y may alias x */
+                if (!inverse) {
+                    y[o + i] = x1 * co - x2 * si;
+                    y[o + i + half] = x2 * co + x1 * si;
+                } else {
+                    y[o + i] += x1 * co + x2 * si;
+                    y[o + i + half] += x2 * co - x1 * si;
+                }
+            }
+        }
+    }
+    free(cs);
+}
+
+void k_rope_fwd(float *y, const float *x, int B, int T, int NH, int HD, int pos0, float theta) {
+    rope_apply(y, x, B, T, NH, HD, pos0, theta, 0);
+}
+
+void k_rope_bwd(float *dx, const float *dy, int B, int T, int NH, int HD, int pos0, float theta) {
+    rope_apply(dx, dy, B, T, NH, HD, pos0, theta, 1);
+}
+
+/* ---- attention: shared block helpers -------------------------------------------------------- */
+
+typedef struct {
+    int B, T, NH, HD;
+    size_t rs;   /* floats between consecutive tokens: NH * HD */
+    float scale; /* 1 / sqrt(HD) */
+} Dims;
+
+/* Per-thread scratch: two (QB, T) score blocks, K^T and V^T of one head (HD, T), QB row factors,
+ * then mm packing space (edge panels only). */
+static size_t ws_floats(const Dims *d) {
+    int kmax = d->T > d->HD ? d->T : d->HD;
+    return 2 * (size_t)QB * d->T + 2 * (size_t)d->HD * d->T + QB + kseq_mm_pack_floats(kmax, d->T);
+}
+
+typedef struct {
+    float *S, *dS, *KT, *VT, *rinv, *pk;
+} Ws;
+
+static Ws ws_carve(float *base, const Dims *d) {
+    Ws w;
+    w.S = base;
+    w.dS = w.S + (size_t)QB * d->T;
+    w.KT = w.dS + (size_t)QB * d->T;
+    w.VT = w.KT + (size_t)d->HD * d->T;
+    w.rinv = w.VT + (size_t)d->HD * d->T;
+    w.pk = w.rinv + QB;
+    return w;
+}
+
+/* dst:(HD, T) = the (T, HD) slice src (row stride rs) transposed, so that score products read
+ * their right operand in place instead of re-packing it for every query block. */
+static void transpose_head(float *dst, const float *src, const Dims *d) {
+    for (int t = 0; t < d->T; t++)
+        for (int e = 0; e < d->HD; e++) dst[(size_t)e * d->T + t] = src[(size_t)t * d->rs + e];
+}
+
+/* S (qb x kv, row stride kv) = A_blk B^T restricted to keys < kv = i0 + qb, for the query block
+ * starting at i0; A is a (T, HD) slice with row stride rs, BT = B^T (HD, T). Entries above the
+ * causal diagonal are left partial (callers mask them). */
+static void causal_scores(float *S, float *pk, const float *A, const float *BT, const Dims *d,
+                          int i0, int qb) {
+    int kv = i0 + qb, rs = (int)d->rs;
+    memset(S, 0, sizeof(float) * (size_t)qb * kv);
+    const float *Ab = A + (size_t)i0 * d->rs;
+    if (i0 > 0) kseq_mm(pk, qb, i0, d->HD, Ab, rs, 0, BT, d->T, 0, S, kv, KSEQ_TRI_NONE);
+    kseq_mm(pk, qb, qb, d->HD, Ab, rs, 0, BT + i0, d->T, 0, S + i0, kv, KSEQ_TRI_J_LE_I);
+}
+
+/* ---- attention forward ---------------------------------------------------------------------- */
+
+/* Query block [i0, i0 + qb) of (b, h): softmax rows, lse, and o = P V / sum. */
+static void fwd_block(Ws *w, float *o, float *lse, const float *q, const float *v, const Dims *d,
+                      int b, int h, int i0) {
+    int qb = imin(QB, d->T - i0), kv = i0 + qb, rs = (int)d->rs;
+    size_t base = (size_t)b * d->T * d->rs + (size_t)h * d->HD;
+    causal_scores(w->S, w->pk, q + base, w->KT, d, i0, qb);
+    for (int r = 0; r < qb; r++) { /* softmax of row i0 + r over keys 0 .. i0 + r */
+        float *row = w->S + (size_t)r * kv, m = -INFINITY;
+        int n = i0 + r + 1;
+        for (int j = 0; j < n; j++) {
+            row[j] *= d->scale;
+            m = row[j] > m ? row[j] : m;
+        }
+        for (int j = 0; j < n; j++) row[j] -= m;
+        exp_inplace(row, n);
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) sum += row[j];
+        for (int j = n; j < kv; j++) row[j] = 0.0f;
+        w->rinv[r] = 1.0f / sum;
+        if (lse) lse[((size_t)b * d->NH + h) * d->T + i0 + r] = m + logf(sum);
+    }
+    float *ob = o + base + (size_t)i0 * d->rs;
+    for (int r = 0; r < qb; r++) memset(ob + (size_t)r * d->rs, 0, sizeof(float) * d->HD);
+    if (i0 > 0) kseq_mm(w->pk, qb, d->HD, i0, w->S, kv, 0, v + base, rs, 0, ob, rs, KSEQ_TRI_NONE);
+    kseq_mm(w->pk, qb, d->HD, qb, w->S + i0, kv, 0, v + base + (size_t)i0 * d->rs, rs, 0, ob, rs,
+            KSEQ_TRI_K_LE_I);
+    for (int r = 0; r < qb; r++)
+        for (int e = 0; e < d->HD; e++) ob[(size_t)r * d->rs + e] *= w->rinv[r];
+}
+
+void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const float *v,
+                int B, int T, int NH, int HD) {
+    CHECK(B >= 0 && T >= 0 && NH > 0 && HD > 0, "attn: bad dims B=%d T=%d NH=%d HD=%d", B, T, NH,
+          HD);
+    Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
+    size_t wsz = ws_floats(&d);
+    float *wsbuf = malloc(sizeof(float) * wsz * max_threads());
+    CHECK(wsbuf, "attn_fwd: out of memory");
+    /* one (b, head) per item: K^T is formed once and serves every query block */
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * NH; i++) {
+        Ws w = ws_carve(wsbuf + wsz * thread_id(), &d);
+        int b = i / NH, h = i % NH;
+        transpose_head(w.KT, k + (size_t)b * T * d.rs + (size_t)h * HD, &d);
+        for (int i0 = 0; i0 < T; i0 += QB) fwd_block(&w, o, lse, q, v, &d, b, h, i0);
+    }
+    free(wsbuf);
+}
+
+/* ---- attention backward --------------------------------------------------------------------- */
+
+/* All query blocks of one (b, head), in order. */
+static void bwd_bh(Ws *w, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                   const float *k, const float *v, const float *o, const float *lse, const Dims *d,
+                   int b, int h) {
+    size_t base = (size_t)b * d->T * d->rs + (size_t)h * d->HD;
+    int ld = (int)d->rs, HD = d->HD;
+    const float *lrow = lse + ((size_t)b * d->NH + h) * d->T;
+    transpose_head(w->KT, k + base, d);
+    transpose_head(w->VT, v + base, d);
+    for (int i0 = 0; i0 < d->T; i0 += QB) {
+        int qb = imin(QB, d->T - i0), kv = i0 + qb;
+        const float *qblk = q + base + (size_t)i0 * d->rs, *gblk = dout + base + (size_t)i0 * d->rs;
+        causal_scores(w->S, w->pk, q + base, w->KT, d, i0, qb);     /* S = Q K^T   */
+        causal_scores(w->dS, w->pk, dout + base, w->VT, d, i0, qb); /* dP = dO V^T */
+        for (int r = 0; r < qb; r++) {
+            float *pr = w->S + (size_t)r * kv, *gr = w->dS + (size_t)r * kv;
+            int n = i0 + r + 1;
+            float l = lrow[i0 + r];
+            float Dr = kseq_dot(gblk + (size_t)r * d->rs, o + base + (size_t)(i0 + r) * d->rs, HD);
+            for (int j = 0; j < n; j++) pr[j] = pr[j] * d->scale - l;
+            exp_inplace(pr, n);
+            for (int j = 0; j < n; j++) /* dS, with the score scale folded in */
+                gr[j] = pr[j] * (gr[j] - Dr) * d->scale;
+            for (int j = n; j < kv; j++) pr[j] = gr[j] = 0.0f;
+        }
+        if (dv) kseq_mm(w->pk, kv, HD, qb, w->S, kv, 1, gblk, ld, 0, dv + base, ld, KSEQ_TRI_NONE);
+        if (dk) kseq_mm(w->pk, kv, HD, qb, w->dS, kv, 1, qblk, ld, 0, dk + base, ld, KSEQ_TRI_NONE);
+        if (dq)
+            kseq_mm(w->pk, qb, HD, kv, w->dS, kv, 0, k + base, ld, 0,
+                    dq + base + (size_t)i0 * d->rs, ld, KSEQ_TRI_NONE);
+    }
+}
+
+void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                const float *v, const float *o, const float *lse, int B, int T, int NH, int HD) {
+    CHECK(B >= 0 && T >= 0 && NH > 0 && HD > 0, "attn: bad dims B=%d T=%d NH=%d HD=%d", B, T, NH,
+          HD);
+    CHECK(lse || B * T == 0, "attn_bwd: lse is NULL (run the forward with lse)");
+    if (!dq && !dk && !dv) return;
+    Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
+    size_t wsz = ws_floats(&d);
+    float *wsbuf = malloc(sizeof(float) * wsz * max_threads());
+    CHECK(wsbuf, "attn_bwd: out of memory");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * NH; i++) {
+        Ws w = ws_carve(wsbuf + wsz * thread_id(), &d);
+        bwd_bh(&w, dq, dk, dv, dout, q, k, v, o, lse, &d, i / NH, i % NH);
+    }
+    free(wsbuf);
+}
+
+/* ---- one-token attention against a KV cache ------------------------------------------------- */
+
+void k_attn_step(float *o, const float *q, const float *k_new, const float *v_new,
+                 const float *kcache, const float *vcache, int n_cached, int Tmax,
+                 int B, int NH, int HD) {
+    CHECK(n_cached >= 0 && n_cached <= Tmax, "attn_step: n_cached=%d Tmax=%d", n_cached, Tmax);
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t nsc = (size_t)n_cached + 1;
+    float *scbuf = malloc(sizeof(float) * nsc * max_threads()); /* scores of one (b, head) */
+    CHECK(scbuf, "attn_step: out of memory");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * NH; i++) {
+        float *sc = scbuf + nsc * thread_id();
+        const float *qh = q + (size_t)i * HD;
+        const float *kc = kcache + (size_t)i * Tmax * HD, *vc = vcache + (size_t)i * Tmax * HD;
+        float m = -INFINITY, sum = 0.0f;
+        for (int s = 0; s <= n_cached; s++) { /* the new key comes last, as row n_cached would */
+            const float *ks = s < n_cached ? kc + (size_t)s * HD : k_new + (size_t)i * HD;
+            sc[s] = kseq_dot(qh, ks, HD) * scale;
+            m = sc[s] > m ? sc[s] : m;
+        }
+        float *oh = o + (size_t)i * HD;
+        memset(oh, 0, sizeof(float) * HD);
+        for (int s = 0; s <= n_cached; s++) {
+            const float *vs = s < n_cached ? vc + (size_t)s * HD : v_new + (size_t)i * HD;
+            float p = expf(sc[s] - m);
+            sum += p;
+            for (int e = 0; e < HD; e++) oh[e] += p * vs[e];
+        }
+        float inv = 1.0f / sum;
+        for (int e = 0; e < HD; e++) oh[e] *= inv;
+    }
+    free(scbuf);
+}

@@ -1,0 +1,303 @@
+/* cpu/dense.c: fast CPU versions of the row-wise dense kernels of kernels.h: weight norm (spec
+ * implicit-lm §6), RMSNorm and gated RMSNorm (§1.2), softmax, cross-entropy, SiLU and SwiGLU.
+ * Same contracts as the references in ref/dense.c.
+ *
+ * Threading (STYLE §8.7): OpenMP over rows with schedule(static); a row is always handled by
+ * one thread, with lane-parallel sums (vmath.h) whose order depends only on the row length.
+ * Parameter gradients that sum over rows (dw of the norms) are summed per fixed block of rows
+ * into scratch, then the block partials are added in block order. So every output is
+ * bit-identical at any thread count. Transcendentals use vmath.h's vectorisable vexp.
+ * Out of scope: embedding, conv1d, LSTM, optimiser (cpu/dense_misc.c), GEMM (cpu/gemm.c).
+ */
+#include "../kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../../core/check.h"
+#include "vmath.h"
+
+/* Row-parallel loops go parallel above this many elements in total. */
+#define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
+/* Column chunk when partial sums are combined: a stack accumulator of this many floats. */
+#define COLCHUNK 128
+
+static float silu_grad(float x) {
+    float s = vsigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* ---- weight normalisation -------------------------------------------------------------------- */
+
+/* As ref/dense.c: the factor W_i / v_i of row i, whether it was clipped, and ||v_i||. */
+static float wn_factor(float s, const float *vi, int C, float clip, float *norm, int *clipped) {
+    *norm = sqrtf(dot_lanes(vi, vi, C));
+    *clipped = 0;
+    if (*norm == 0.0f) return 0.0f;
+    float f = s / *norm;
+    if (clip > 0.0f && f > clip) {
+        f = clip;
+        *clipped = 1;
+    }
+    return f;
+}
+
+/* One row per iteration: norm, factor, scale; rows are independent. */
+void k_weightnorm_fwd(float *W, const float *g, const float *v, int R, int C, float target, float clip) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(R, C))
+    for (int i = 0; i < R; i++) {
+        const float *vi = v + (size_t)i * C;
+        float *Wi = W + (size_t)i * C;
+        float norm;
+        int clipped;
+        float f = wn_factor(g ? g[i] : target, vi, C, clip, &norm, &clipped);
+        for (int c = 0; c < C; c++) Wi[c] = f * vi[c];
+    }
+}
+
+/* Per row: dg = <dW, v> / ||v||;  dv = f (dW - <dW, v> v / ||v||^2)  (see ref/dense.c). */
+void k_weightnorm_bwd(float *dg, float *dv, const float *dW, const float *g, const float *v, int R,
+                      int C, float target, float clip) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(R, C))
+    for (int i = 0; i < R; i++) {
+        const float *vi = v + (size_t)i * C, *dWi = dW + (size_t)i * C;
+        float *dvi = dv ? dv + (size_t)i * C : NULL;
+        float norm;
+        int clipped;
+        float f = wn_factor(g ? g[i] : target, vi, C, clip, &norm, &clipped);
+        if (norm == 0.0f) continue; /* constant W_i = 0: no gradient */
+        if (clipped) {              /* W_i = clip v_i */
+            if (dvi)
+                for (int c = 0; c < C; c++) dvi[c] += f * dWi[c];
+            continue;
+        }
+        float dot = dot_lanes(dWi, vi, C);
+        if (g && dg) dg[i] += dot / norm;
+        if (dvi) {
+            float proj = dot / (norm * norm); /* remove the radial part of dW_i */
+            for (int c = 0; c < C; c++) dvi[c] += f * (dWi[c] - proj * vi[c]);
+        }
+    }
+}
+
+/* ---- RMSNorm --------------------------------------------------------------------------------- */
+
+void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M, int C, float eps) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        /* pass 1: sum of squares; pass 2: scale (y may alias x: pass 1 is done reading) */
+        float r = 1.0f / sqrtf(dot_lanes(xi, xi, C) / (float)C + eps);
+        if (rstd) rstd[i] = r;
+        for (int c = 0; c < C; c++) yi[c] = xi[c] * r * w[c];
+    }
+}
+
+/* The dw of both norms sums over rows. To read dy and x only once, the backward runs over
+ * fixed blocks of NORM_RB rows: each block writes its partial dw row into scratch, and the
+ * partials are then added in block order, column by column. Blocks depend on M alone, so the
+ * order of every sum (and the bits) do not depend on the thread count. */
+#define NORM_RB 32
+
+/* dw[c] += sum_b part[b, c], b in order; columns split over threads. */
+static void add_partials(float *dw, const float *part, int nb, int C) {
+    int nchunk = (C + COLCHUNK - 1) / COLCHUNK;
+#pragma omp parallel for schedule(static) if (PAR_ROWS(nb, C))
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * COLCHUNK, n = C - c0 < COLCHUNK ? C - c0 : COLCHUNK;
+        float acc[COLCHUNK];
+        for (int c = 0; c < n; c++) acc[c] = 0.0f;
+        for (int b = 0; b < nb; b++)
+            for (int c = 0; c < n; c++) acc[c] += part[(size_t)b * C + c0 + c];
+        for (int c = 0; c < n; c++) dw[c0 + c] += acc[c];
+    }
+}
+
+static float *norm_scratch(int nb, int C) {
+    float *p = malloc((size_t)nb * C * sizeof(float));
+    CHECK(p != NULL, "norm backward: out of memory for %d x %d partial sums", nb, C);
+    return p;
+}
+
+void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                   const float *rstd, int M, int C) {
+    int nb = (M + NORM_RB - 1) / NORM_RB;
+    float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw */
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int b = 0; b < nb; b++) {
+        float *pw = part ? part + (size_t)b * C : NULL;
+        if (pw)
+            for (int c = 0; c < C; c++) pw[c] = 0.0f;
+        for (int i = b * NORM_RB; i < M && i < (b + 1) * NORM_RB; i++) {
+            const float *xi = x + (size_t)i * C, *dyi = dy + (size_t)i * C;
+            float r = rstd[i];
+            if (dx) { /* dx = r a - (r^3 / C) x sum(a x), a = dy w */
+                float *dxi = dx + (size_t)i * C;
+                float k = r * r * r / (float)C * dot3_lanes(dyi, w, xi, C);
+                for (int c = 0; c < C; c++) dxi[c] += r * dyi[c] * w[c] - k * xi[c];
+            }
+            if (pw)
+                for (int c = 0; c < C; c++) pw[c] += dyi[c] * xi[c] * r;
+        }
+    }
+    if (dw) add_partials(dw, part, nb, C);
+    free(part);
+}
+
+/* ---- gated RMSNorm: v = x silu(z), y = v rstd(v) w ------------------------------------------- */
+
+void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, const float *w,
+                         int M, int C, float eps) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C, *zi = z + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        for (int c = 0; c < C; c++) yi[c] = xi[c] * vsilu(zi[c]); /* y holds v for now */
+        float r = 1.0f / sqrtf(dot_lanes(yi, yi, C) / (float)C + eps);
+        if (rstd) rstd[i] = r;
+        for (int c = 0; c < C; c++) yi[c] = yi[c] * r * w[c];
+    }
+}
+
+/* sum_c dy w v over one row, v recomputed from x and z (lane sums as dot3_lanes). */
+static float gated_row_dot(const float *dy, const float *w, const float *x, const float *z, int C) {
+    float acc[LANES];
+    for (int l = 0; l < LANES; l++) acc[l] = 0.0f;
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += dy[c + l] * w[c + l] * (x[c + l] * vsilu(z[c + l]));
+    float s = 0.0f;
+    for (; c < C; c++) s += dy[c] * w[c] * (x[c] * vsilu(z[c]));
+    for (int l = 0; l < LANES; l++) s += acc[l];
+    return s;
+}
+
+/* One row of the gated backward: dv = r dy w - k v, then v = x silu(z) spreads it onto
+ * x and z; pw (partial dw) += dy v r. Any of dx, dz, pw may be NULL. */
+static void gated_bwd_row(float *dx, float *dz, float *pw, const float *dy, const float *x,
+                          const float *z, const float *w, float r, int C) {
+    float k = r * r * r / (float)C * gated_row_dot(dy, w, x, z, C);
+    if (dx)
+        for (int c = 0; c < C; c++) {
+            float sil = vsilu(z[c]);
+            dx[c] += (r * dy[c] * w[c] - k * (x[c] * sil)) * sil;
+        }
+    if (dz)
+        for (int c = 0; c < C; c++) {
+            float s = vsigmoid(z[c]), sil = z[c] * s;
+            float dv = r * dy[c] * w[c] - k * (x[c] * sil);
+            dz[c] += dv * x[c] * (s * (1.0f + z[c] * (1.0f - s)));
+        }
+    if (pw)
+        for (int c = 0; c < C; c++) pw[c] += dy[c] * (x[c] * vsilu(z[c])) * r;
+}
+
+void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x,
+                         const float *z, const float *w, const float *rstd, int M, int C) {
+    int nb = (M + NORM_RB - 1) / NORM_RB;
+    float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw, as k_rmsnorm_bwd */
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int b = 0; b < nb; b++) {
+        float *pw = part ? part + (size_t)b * C : NULL;
+        if (pw)
+            for (int c = 0; c < C; c++) pw[c] = 0.0f;
+        for (int i = b * NORM_RB; i < M && i < (b + 1) * NORM_RB; i++) {
+            size_t o = (size_t)i * C;
+            gated_bwd_row(dx ? dx + o : NULL, dz ? dz + o : NULL, pw, dy + o, x + o, z + o, w,
+                          rstd[i], C);
+        }
+    }
+    if (dw) add_partials(dw, part, nb, C);
+    free(part);
+}
+
+/* ---- softmax and cross-entropy --------------------------------------------------------------- */
+
+/* Three passes over a row that stays in L1/L2: max, exp + sum, scale by 1 / sum. */
+void k_softmax(float *y, const float *x, int M, int C) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        float mx = max_lanes(xi, C);
+        for (int c = 0; c < C; c++) yi[c] = vexp(xi[c] - mx); /* elementwise: aliasing is safe */
+        float inv = 1.0f / sum_lanes(yi, C);
+        for (int c = 0; c < C; c++) yi[c] *= inv;
+    }
+}
+
+/* log sum_j exp(l_j), max-subtracted, lane sums. */
+static float logsumexp(const float *l, int V) {
+    float mx = max_lanes(l, V);
+    float acc[LANES];
+    for (int k = 0; k < LANES; k++) acc[k] = 0.0f;
+    int j = 0;
+    for (; j + LANES <= V; j += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += vexp(l[j + k] - mx);
+    float s = 0.0f;
+    for (; j < V; j++) s += vexp(l[j] - mx);
+    for (int k = 0; k < LANES; k++) s += acc[k];
+    return mx + logf(s);
+}
+
+/* Rows are independent; logits are only read, never materialised as probabilities. */
+void k_xent_fwd(float *loss, const float *logits, const int *targets, int M, int V, int ignore) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, V))
+    for (int i = 0; i < M; i++) {
+        int t = targets[i];
+        if (t == ignore) {
+            loss[i] = 0.0f;
+            continue;
+        }
+        CHECK(t >= 0 && t < V, "xent: target %d out of range [0, %d) at row %d", t, V, i);
+        const float *l = logits + (size_t)i * V;
+        loss[i] = logsumexp(l, V) - l[t];
+    }
+}
+
+void k_xent_bwd(float *dlogits, const float *logits, const int *targets, const float *dloss, int M,
+                int V, int ignore) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, V))
+    for (int i = 0; i < M; i++) {
+        int t = targets[i];
+        if (t == ignore) continue;
+        CHECK(t >= 0 && t < V, "xent: target %d out of range [0, %d) at row %d", t, V, i);
+        const float *l = logits + (size_t)i * V;
+        float *d = dlogits + (size_t)i * V;
+        float lse = logsumexp(l, V), g = dloss[i];
+        /* softmax as exp(l - lse) directly: no second normalising pass */
+        for (int j = 0; j < V; j++) d[j] += g * vexp(l[j] - lse);
+        d[t] -= g;
+    }
+}
+
+/* ---- activations ----------------------------------------------------------------------------- */
+
+/* Elementwise kernels: one vectorised loop, split statically over threads when large. */
+void k_silu_fwd(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) y[i] = vsilu(x[i]);
+}
+
+void k_silu_bwd(float *dx, const float *dy, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * silu_grad(x[i]);
+}
+
+void k_swiglu_fwd(float *y, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) y[i] = vsilu(a[i]) * b[i];
+}
+
+void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const float *b, size_t n) {
+    /* separate loops keep each one branch-free and vectorised */
+    if (da) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) da[i] += dy[i] * b[i] * silu_grad(a[i]);
+    }
+    if (db) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) db[i] += dy[i] * vsilu(a[i]);
+    }
+}

@@ -1,0 +1,278 @@
+/* cpu/dense_misc.c: fast CPU versions of the remaining dense kernels of kernels.h: embedding,
+ * causal depthwise conv1d (spec implicit-lm §1.4), LSTM cell, AdamW, sum of squares, axpby.
+ * Same contracts as the references in ref/dense.c.
+ *
+ * Threading (STYLE §8.7): OpenMP on the outermost independent loop, schedule(static). Scatter
+ * and parameter-gradient reductions (embedding dE, conv dw/dbias) are split over columns or
+ * channels, so each output entry is summed by one thread in the reference's order; k_sumsq
+ * sums fixed chunks (sized from n alone) and adds the partials in chunk order. Everything is
+ * therefore bit-identical at any thread count.
+ * Out of scope: norms, softmax, activations (cpu/dense.c), GEMM (cpu/gemm.c).
+ */
+#include "../kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/check.h"
+#include "vmath.h"
+
+#define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Columns per chunk when a reduction is split over columns: one chunk per thread, rounded to a
+ * multiple of 16 floats (whole cache lines). The chunking never changes any sum's order. */
+static int col_chunk(int D) {
+    int nt = k_get_threads();
+    int cs = (D + nt - 1) / nt;
+    cs = (cs + 15) / 16 * 16;
+    return cs < 16 ? 16 : cs;
+}
+
+/* Bounded per-call scratch (a few times C floats); CHECKs on out of memory. */
+static float *scratch(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    CHECK(p != NULL, "kernel scratch: out of memory (%zu floats)", n);
+    return p;
+}
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+
+static void check_ids(const int *ids, int M, int V) {
+    for (int i = 0; i < M; i++)
+        CHECK(ids[i] >= 0 && ids[i] < V, "embed: id %d out of range [0, %d) at %d", ids[i], V, i);
+}
+
+/* A gather: ids are validated up front so the parallel copy loop has no failure path. */
+void k_embed_fwd(float *y, const int *ids, const float *E, int M, int V, int D) {
+    check_ids(ids, M, V);
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, D))
+    for (int i = 0; i < M; i++) memcpy(y + (size_t)i * D, E + (size_t)ids[i] * D, (size_t)D * sizeof(float));
+}
+
+void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D) {
+    check_ids(ids, M, V);
+    /* Repeated ids make rows collide, so split columns instead: each thread scatters its column
+     * range of every row, in row order, exactly as the reference does. */
+    int cs = col_chunk(D), nch = (D + cs - 1) / cs;
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, D))
+    for (int ch = 0; ch < nch; ch++) {
+        int d0 = ch * cs, d1 = imin(D, d0 + cs);
+        for (int i = 0; i < M; i++) {
+            float *dst = dE + (size_t)ids[i] * D;
+            const float *src = dy + (size_t)i * D;
+            for (int d = d0; d < d1; d++) dst[d] += src[d];
+        }
+    }
+}
+
+/* ---- causal depthwise conv1d ----------------------------------------------------------------- */
+
+/* wt (W, C) = w (C, W) transposed, so the inner loops run along contiguous channels. */
+static float *transpose_w(const float *w, int C, int W) {
+    float *wt = scratch((size_t)W * C);
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < W; k++) wt[(size_t)k * C + c] = w[(size_t)c * W + k];
+    return wt;
+}
+
+/* Parallel over the B*T output rows; each row sums its W taps over all C channels at once
+ * (vectorised along C), in tap order k = 0..W-1 as the reference. */
+void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W) {
+    float *wt = transpose_w(w, C, W);
+#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        float *yr = y + (size_t)bt * C;
+        for (int c = 0; c < C; c++) yr[c] = bias ? bias[c] : 0.0f;
+        /* taps in the reference's order k = 0..W-1; inputs before t = 0 are zero padding */
+        for (int k = 0; k < W; k++) {
+            int ts = t - W + 1 + k;
+            if (ts < 0) continue;
+            const float *xr = x + (size_t)(bt - (t - ts)) * C, *wk = wt + (size_t)k * C;
+            for (int c = 0; c < C; c++) yr[c] += wk[c] * xr[c];
+        }
+    }
+    free(wt);
+}
+
+/* dw[c, k] += sum_{b,t} dy[b,t,c] x[b,t-W+1+k,c];  dbias[c] += sum_{b,t} dy[b,t,c]:
+ * channel chunks in parallel, (b, t) in order inside a chunk. */
+static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const float *x, int B, int T,
+                              int C, int W) {
+    float *acc = scratch((size_t)(W + 1) * C); /* (W, C) tap sums, then (C) bias sums */
+    int cs = col_chunk(C), nch = (C + cs - 1) / cs;
+#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+    for (int ch = 0; ch < nch; ch++) {
+        int c0 = ch * cs, c1 = imin(C, c0 + cs);
+        for (int k = 0; k <= W; k++)
+            for (int c = c0; c < c1; c++) acc[(size_t)k * C + c] = 0.0f;
+        float *ab = acc + (size_t)W * C;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *g = dy + ((size_t)b * T + t) * C;
+                for (int c = c0; c < c1; c++) ab[c] += g[c];
+                for (int k = 0; dw && k < W; k++) {
+                    int ts = t - W + 1 + k;
+                    if (ts < 0) continue;
+                    const float *xr = x + ((size_t)b * T + ts) * C;
+                    float *ak = acc + (size_t)k * C;
+                    for (int c = c0; c < c1; c++) ak[c] += xr[c] * g[c];
+                }
+            }
+        for (int c = c0; c < c1; c++) {
+            if (dw)
+                for (int k = 0; k < W; k++) dw[(size_t)c * W + k] += acc[(size_t)k * C + c];
+            if (dbias) dbias[c] += ab[c];
+        }
+    }
+    free(acc);
+}
+
+void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
+                  int B, int T, int C, int W) {
+    if (dx) {
+        /* dx[b,s,c] += sum_k w[c,k] dy[b, s+W-1-k, c] for the outputs s feeds (< T) */
+        float *wt = transpose_w(w, C, W);
+#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+        for (int bs = 0; bs < B * T; bs++) {
+            int s = bs % T;
+            float *dxr = dx + (size_t)bs * C;
+            for (int k = 0; k < W; k++) {
+                int t = s + W - 1 - k;
+                if (t >= T) continue;
+                const float *g = dy + (size_t)(bs + (t - s)) * C, *wk = wt + (size_t)k * C;
+                for (int c = 0; c < C; c++) dxr[c] += wk[c] * g[c];
+            }
+        }
+        free(wt);
+    }
+    if (dw || dbias) conv1d_param_grad(dw, dbias, dy, x, B, T, C, W);
+}
+
+/* Decode step: B*C tiny dot products of length W; parallel over the batch. */
+void k_conv1d_step(float *y, float *state_out, const float *state_in, const float *x, const float *w,
+                   const float *bias, int B, int C, int W) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(B, C * W))
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            const float *s = state_in + ((size_t)b * C + c) * W, *wc = w + (size_t)c * W;
+            float xv = x[(size_t)b * C + c];
+            /* window = s[1..W-1] then x; taps in the same order as conv1d_fwd */
+            float acc = bias ? bias[c] : 0.0f;
+            for (int k = 0; k + 1 < W; k++) acc += wc[k] * s[k + 1];
+            acc += wc[W - 1] * xv;
+            if (state_out) { /* ascending k: s[k+1] is read before a write can clobber it */
+                float *so = state_out + ((size_t)b * C + c) * W;
+                for (int k = 0; k + 1 < W; k++) so[k] = s[k + 1];
+                so[W - 1] = xv;
+            }
+            y[(size_t)b * C + c] = acc;
+        }
+}
+
+/* ---- LSTM cell (gate order i, f, g, o; libm sigmoid/tanh: B*Hd is small next to the GEMMs) -- */
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Rows b are independent; act keeps the four activated gates for the backward. */
+void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const float *c_prev, int B, int Hd) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
+    for (int b = 0; b < B; b++) {
+        const float *p = pre + (size_t)b * 4 * Hd;
+        float *a = act + (size_t)b * 4 * Hd;
+        for (int j = 0; j < Hd; j++) {
+            float ig = sigmoidf(p[j]), fg = sigmoidf(p[Hd + j]);
+            float gg = tanhf(p[2 * Hd + j]), og = sigmoidf(p[3 * Hd + j]);
+            a[j] = ig, a[Hd + j] = fg, a[2 * Hd + j] = gg, a[3 * Hd + j] = og;
+            size_t bj = (size_t)b * Hd + j;
+            float cn = fg * (c_prev ? c_prev[bj] : 0.0f) + ig * gg;
+            c[bj] = cn;
+            h[bj] = og * tanhf(cn);
+        }
+    }
+}
+
+/* Same chain rule as ref/dense.c; one thread per batch row, so no reduction at all. */
+void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *dc, const float *act,
+                     const float *c_prev, const float *c, int B, int Hd) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
+    for (int b = 0; b < B; b++) {
+        const float *a = act + (size_t)b * 4 * Hd;
+        for (int j = 0; j < Hd; j++) {
+            float ig = a[j], fg = a[Hd + j], gg = a[2 * Hd + j], og = a[3 * Hd + j];
+            size_t bj = (size_t)b * Hd + j;
+            float tc = tanhf(c[bj]);
+            /* gradient reaching c: direct, plus through h = o tanh(c) */
+            float dct = (dc ? dc[bj] : 0.0f) + dh[bj] * og * (1.0f - tc * tc);
+            if (dpre) {
+                float *d = dpre + (size_t)b * 4 * Hd;
+                d[j] += dct * gg * ig * (1.0f - ig);
+                d[Hd + j] += dct * (c_prev ? c_prev[bj] : 0.0f) * fg * (1.0f - fg);
+                d[2 * Hd + j] += dct * ig * (1.0f - gg * gg);
+                d[3 * Hd + j] += dh[bj] * tc * og * (1.0f - og);
+            }
+            if (dc_prev) dc_prev[bj] += dct * fg;
+        }
+    }
+}
+
+/* ---- optimisation and vector helpers --------------------------------------------------------- */
+
+void k_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2,
+             float eps, float wd, float gscale, int t) {
+    CHECK(t >= 1, "adamw: step t = %d must be >= 1", t);
+    /* bias corrections in double, rounded once, exactly as the reference */
+    float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+    float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi, v[i] = vi;
+        float pi = p[i] - lr * wd * p[i]; /* decoupled decay first (PyTorch order) */
+        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    }
+}
+
+/* Partial sums of k_sumsq: at most this many chunks, each at least SUMSQ_MIN_CHUNK floats. */
+#define SUMSQ_MAX_CHUNKS 64
+#define SUMSQ_MIN_CHUNK 16384
+
+double k_sumsq(const float *x, size_t n) {
+    /* chunking is a function of n only, so the sum's order never depends on the threads */
+    size_t chunk = (n + SUMSQ_MAX_CHUNKS - 1) / SUMSQ_MAX_CHUNKS;
+    if (chunk < SUMSQ_MIN_CHUNK) chunk = SUMSQ_MIN_CHUNK;
+    int nch = (int)((n + chunk - 1) / chunk);
+    double part[SUMSQ_MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (int ch = 0; ch < nch; ch++) {
+        size_t i0 = (size_t)ch * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        double acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = 0.0;
+        size_t i = i0;
+        for (; i + 16 <= i1; i += 16)
+            for (int l = 0; l < 16; l++) acc[l] += (double)x[i + l] * (double)x[i + l];
+        double s = 0.0;
+        for (; i < i1; i++) s += (double)x[i] * (double)x[i];
+        for (int l = 0; l < 16; l++) s += acc[l];
+        part[ch] = s;
+    }
+    double s = 0.0;
+    for (int ch = 0; ch < nch; ch++) s += part[ch];
+    return s;
+}
+
+/* Elementwise, so any split over threads gives the same bits. */
+void k_axpby(float *y, float a, const float *x, float b, size_t n) {
+    if (b == 0.0f) { /* y is not read (may be uninitialised), as in the reference */
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) y[i] = a * x[i];
+    } else {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+        for (size_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i];
+    }
+}

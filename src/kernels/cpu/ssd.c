@@ -1,0 +1,462 @@
+/* cpu/ssd.c: fast Mamba2 SSD scan (spec implicit-lm §1.4, "Equivalent chunked form"), G = 1.
+ *
+ * Tokens are cut into chunks of Q = SSD_CHUNK. Inside a chunk, with a_t = dt_t A_h and the
+ * inclusive cumulative sum c_t of a over the chunk (c_t <= 0, decreasing):
+ *   y_t   = sum_{s<=t} (C_t.B_s) e^{c_t-c_s} dt_s x_s  +  e^{c_t} S0 C_t  +  D x_t
+ *   S_end = e^{c_L} S0 + sum_s e^{c_L-c_s} dt_s x_s (x) B_s
+ * where S0 is the state entering the chunk. Every exponent is a difference c_t - c_s with s <= t,
+ * or c_t itself, so it is <= 0: no overflow, whatever A and dt are. The sums are small matrix
+ * products (kseq_mm, cpu/seq_mm.c: register-tiled, in L1/L2; BLAS is not called here because this
+ * runs inside OpenMP regions).
+ *
+ * Work split (deterministic at any thread count: every output element and every partial sum is
+ * computed by exactly one thread in a fixed order, and head/batch reductions are done serially):
+ *   fwd  A. per (b,h): chain of chunk-entry states S0 (P x N products only) -> saved, hT
+ *        B. per (b,chunk): G = C B^T once (B and C are shared by the heads), then per head the
+ *           intra-chunk and inter-chunk outputs.
+ *   bwd  1. per (b,h): reverse chain of dL/dS_end per chunk (and dh0).
+ *        2. per (b,chunk): all other gradients; the head sums of dBm, dCm are accumulated in one
+ *           thread (through sum_h dL/dG, one product for all heads); dA, dD partials per
+ *           (b,chunk,h) are summed in a fixed order at the end.
+ * The backward math is in docs/derivations/ssd.md.
+ *
+ * `saved` = the chunk-entry states, (B, H, nchunks, P, N) (same meaning as ref/ssd.c).
+ * Scratch (malloc per call, freed before return): per thread a chunk workspace of
+ * ~(5Q^2 + 7QP + 3QN + PN + 32 max(Q,P,N)) floats; and, when the forward has no `saved` and always
+ * in the backward, chunk states (or their gradients) for a group of at most 2*threads sequences:
+ * min(B, 2*threads)*H*nchunks*P*N floats. The result does not depend on the group size.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "../../core/check.h"
+#include "seq_mm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define Q SSD_CHUNK
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ---- per-thread chunk workspace ------------------------------------------------------------ */
+
+typedef struct {
+    float *G, *M, *Lm, *gM, *gGs;             /* (Q, Q) */
+    float *X, *gY, *Xd, *gXd, *Z, *Xw, *Y;    /* (Q, P) */
+    float *pk;                                /* mm packing space */
+    float *S;                                 /* (P, N) running state or its gradient */
+    float *Qm, *gC, *gB;                      /* (Q, N) */
+    float *ec, *w;                            /* (Q) e^{c_t}, e^{c_L - c_t} */
+    double *c, *gc;                           /* (Q) cumulative log-decay and its gradient */
+} Ws;
+
+static int kn_max(int P, int N) { return P > N ? (P > Q ? P : Q) : (N > Q ? N : Q); }
+
+static size_t ws_floats(int P, int N) {
+    int kn = kn_max(P, N);
+    size_t n = 5 * (size_t)Q * Q + 7 * (size_t)Q * P + kseq_mm_pack_floats(kn, kn) + (size_t)P * N +
+               3 * (size_t)Q * N + 2 * Q + 2 * 2 * Q /* doubles */ + 16 /* alignment slack */;
+    return (n + 15) / 16 * 16; /* keeps every thread's slice 64-byte aligned */
+}
+
+static Ws ws_carve(float *base, int P, int N) {
+    Ws w;
+    float *p = base;
+#define TAKE(f, n) (w.f = p, p += (n))
+    TAKE(G, Q * Q); TAKE(M, Q * Q); TAKE(Lm, Q * Q); TAKE(gM, Q * Q); TAKE(gGs, Q * Q);
+    TAKE(X, Q * P); TAKE(gY, Q * P); TAKE(Xd, Q * P); TAKE(gXd, Q * P); TAKE(Z, Q * P);
+    TAKE(Xw, Q * P); TAKE(Y, Q * P); TAKE(pk, kseq_mm_pack_floats(kn_max(P, N), kn_max(P, N)));
+    TAKE(S, P * N); TAKE(Qm, Q * N); TAKE(gC, Q * N); TAKE(gB, Q * N); TAKE(ec, Q); TAKE(w, Q);
+#undef TAKE
+    p += (8 - ((size_t)(p - base) & 7)) & 7; /* doubles on an 8-float (32-byte) boundary */
+    w.c = (double *)(void *)p;
+    w.gc = w.c + Q;
+    CHECK((size_t)(p - base) + 4 * Q <= ws_floats(P, N), "ssd: workspace layout");
+    return w;
+}
+
+/* Chunk geometry and views for one (b, chunk) or (b, h): token t0, length L. */
+typedef struct {
+    int B, T, H, P, N, nch;
+    const float *x, *dt, *A, *Bm, *Cm, *Dskip;
+} Dims;
+
+/* c_t = sum_{r<=t} dt_r A (double), ec_t = e^{c_t}, w_t = e^{c_{L-1} - c_t}; dt stride H. */
+static void chunk_decay(Ws *ws, const float *dt, int H, float A, int L) {
+    double c = 0;
+    for (int t = 0; t < L; t++) {
+        c += (double)dt[(size_t)t * H] * A;
+        ws->c[t] = c;
+        ws->ec[t] = (float)exp(c);
+    }
+    for (int t = 0; t < L; t++) ws->w[t] = (float)exp(ws->c[L - 1] - ws->c[t]);
+}
+
+/* Lm_ts = e^{c_t - c_s} for s <= t < L, else 0 (exponent <= 0 by construction). One exp per
+ * entry would cost as much as the products for small P, N; instead row t = row t-1 times
+ * alpha_t = e^{a_t}, refreshed with exact exps every LM_REFRESH rows (so at most 7 roundings). */
+#define LM_REFRESH 8
+static void chunk_lmat(Ws *ws, int L) {
+    for (int t = 0; t < L; t++) {
+        float *row = ws->Lm + (size_t)t * Q;
+        if (t % LM_REFRESH == 0) {
+            for (int s = 0; s < t; s++) row[s] = expf((float)(ws->c[t] - ws->c[s]));
+        } else {
+            float alpha = expf((float)(ws->c[t] - ws->c[t - 1]));
+            const float *prev = row - Q;
+            for (int s = 0; s < t; s++) row[s] = prev[s] * alpha;
+        }
+        row[t] = 1.0f;
+        for (int s = t + 1; s < L; s++) row[s] = 0.0f;
+    }
+}
+
+/* Gather a (L, P) block of a (B,T,H,P) tensor for (b, t0, h) into dst. */
+static void gather(float *dst, const float *src, const Dims *d, int b, int t0, int h, int L) {
+    for (int t = 0; t < L; t++)
+        memcpy(dst + (size_t)t * d->P, src + (((size_t)b * d->T + t0 + t) * d->H + h) * d->P,
+               sizeof(float) * d->P);
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+/* Phase A for one (b, h): st:(nch, P, N) receives each chunk's entry state; hT:(P,N)|NULL.
+ * Each state is computed in place in its slot: S_next = e^{c_L} S + (w o dt o X)^T B. */
+static void fwd_states(Ws *ws, float *st, float *hT, const float *h0, const Dims *d, int b, int h) {
+    int P = d->P, N = d->N;
+    size_t PN = (size_t)P * N;
+    float *cur = d->nch > 0 ? st : ws->S;
+    if (h0) memcpy(cur, h0, sizeof(float) * PN);
+    else memset(cur, 0, sizeof(float) * PN);
+    for (int k = 0; k < d->nch; k++) {
+        float *nxt = k + 1 < d->nch ? st + (size_t)(k + 1) * PN : hT;
+        if (!nxt) break;
+        int t0 = k * Q, L = imin(Q, d->T - t0);
+        const float *dtc = d->dt + ((size_t)b * d->T + t0) * d->H + h;
+        chunk_decay(ws, dtc, d->H, d->A[h], L);
+        gather(ws->X, d->x, d, b, t0, h, L);
+        for (int t = 0; t < L; t++) { /* Xw_s = e^{c_L - c_s} dt_s x_s */
+            float f = ws->w[t] * dtc[(size_t)t * d->H];
+            for (int p = 0; p < P; p++) ws->Xw[(size_t)t * P + p] = f * ws->X[(size_t)t * P + p];
+        }
+        float eL = ws->ec[L - 1];
+        for (size_t i = 0; i < PN; i++) nxt[i] = eL * cur[i];
+        const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N; /* (L, N) */
+        kseq_mm(ws->pk, P, N, L, ws->Xw, P, 1, Bk, N, 0, nxt, N, KSEQ_TRI_NONE);
+        cur = nxt;
+    }
+    if (hT && d->nch == 0) memcpy(hT, cur, sizeof(float) * PN);
+}
+
+/* Phase B for one (b, chunk k): y for every head, given the entry states st:(H, nch, P, N)
+ * of sequence b. s0_zero: the entry state of chunk 0 is zero (no h0), skip its term. */
+static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims *d, int b, int k) {
+    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0);
+    const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    memset(ws->G, 0, sizeof(float) * Q * Q);
+    /* G_ts = C_t . B_s for s <= t */
+    kseq_mm(ws->pk, L, L, N, Ck, N, 0, Bk, N, 1, ws->G, Q, KSEQ_TRI_J_LE_I);
+    for (int h = 0; h < d->H; h++) {
+        const float *dtc = d->dt + ((size_t)b * d->T + t0) * d->H + h;
+        chunk_decay(ws, dtc, d->H, d->A[h], L);
+        gather(ws->X, d->x, d, b, t0, h, L);
+        chunk_lmat(ws, L);
+        for (int t = 0; t < L; t++) /* M_ts = G_ts e^{c_t - c_s} dt_s (causal; Lm is 0 above) */
+            for (int s = 0; s < L; s++)
+                ws->M[t * Q + s] = ws->G[t * Q + s] * ws->Lm[t * Q + s] * dtc[(size_t)s * d->H];
+        memset(ws->Y, 0, sizeof(float) * L * P);
+        if (!(k == 0 && s0_zero)) { /* inter-chunk term e^{c_t} S0 C_t */
+            const float *S0 = st + ((size_t)h * d->nch + k) * P * N; /* (P, N) */
+            kseq_mm(ws->pk, L, P, N, Ck, N, 0, S0, N, 1, ws->Y, P, KSEQ_TRI_NONE);
+            for (int t = 0; t < L; t++)
+                for (int p = 0; p < P; p++) ws->Y[(size_t)t * P + p] *= ws->ec[t];
+        }
+        kseq_mm(ws->pk, L, P, L, ws->M, Q, 0, ws->X, P, 0, ws->Y, P, KSEQ_TRI_K_LE_I);
+        float D = d->Dskip[h];
+        for (int t = 0; t < L; t++) {
+            float *yt = y + (((size_t)b * d->T + t0 + t) * d->H + h) * P;
+            const float *Yt = ws->Y + (size_t)t * P, *Xt = ws->X + (size_t)t * P;
+            for (int p = 0; p < P; p++) yt[p] = Yt[p] + D * Xt[p];
+        }
+    }
+}
+
+/* Chunk-state buffer for a group of sequences: `saved` itself, or scratch. */
+static int group_size(int B, const float *saved) {
+    return saved ? (B > 0 ? B : 1) : imin(B > 0 ? B : 1, 2 * max_threads());
+}
+
+void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               int B, int T, int H, int P, int N) {
+    CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
+          B, T, H, P, N);
+    Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
+    size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
+    int nt = max_threads(), gb = group_size(B, saved);
+    float *wsbuf = malloc(sizeof(float) * wsz * nt);
+    float *stbuf = saved ? NULL : malloc(sizeof(float) * (per_b * gb + 1));
+    CHECK(wsbuf && (saved || stbuf), "ssd_fwd: out of memory");
+    for (int b0 = 0; b0 < B; b0 += gb) {
+        int nb = imin(gb, B - b0);
+        float *st = saved ? saved + (size_t)b0 * per_b : stbuf; /* (nb, H, nch, P, N) */
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nb * H; i++) {
+            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            int b = b0 + i / H, h = i % H;
+            size_t bh = (size_t)b * H + h;
+            fwd_states(&ws, st + (size_t)i * d.nch * PN, hT ? hT + bh * PN : NULL,
+                       h0 ? h0 + bh * PN : NULL, &d, b, h);
+        }
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nb * d.nch; i++) {
+            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            int bl = i / d.nch;
+            fwd_chunk(&ws, y, st + (size_t)bl * per_b, h0 == NULL, &d, b0 + bl, i % d.nch);
+        }
+    }
+    free(wsbuf);
+    free(stbuf);
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* Phase 1 for one (b, h): gse:(nch, P, N) receives dL/dS_end of every chunk (dhT for the last);
+ * dh0:(P,N)|NULL accumulates dL/dS_{-1}.   dS0 = e^{c_L} dS_end + sum_t e^{c_t} dy_t (x) C_t */
+static void bwd_chain(Ws *ws, float *gse, float *dh0, const float *dhT, const float *dy,
+                      const Dims *d, int b, int h) {
+    int P = d->P, N = d->N;
+    size_t PN = (size_t)P * N;
+    float *cur = d->nch > 0 ? gse + (size_t)(d->nch - 1) * PN : ws->S;
+    if (dhT) memcpy(cur, dhT, sizeof(float) * PN);
+    else memset(cur, 0, sizeof(float) * PN);
+    for (int k = d->nch - 1; k >= 0; k--) {
+        float *nxt = k > 0 ? gse + (size_t)(k - 1) * PN : (dh0 ? ws->S : NULL);
+        if (!nxt) break;
+        int t0 = k * Q, L = imin(Q, d->T - t0);
+        chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
+        gather(ws->gY, dy, d, b, t0, h, L);
+        for (int t = 0; t < L; t++)
+            for (int p = 0; p < P; p++) ws->gY[(size_t)t * P + p] *= ws->ec[t];
+        float eL = ws->ec[L - 1];
+        for (size_t i = 0; i < PN; i++) nxt[i] = eL * cur[i];
+        const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N; /* (L, N) */
+        kseq_mm(ws->pk, P, N, L, ws->gY, P, 1, Ck, N, 0, nxt, N, KSEQ_TRI_NONE);
+        cur = nxt;
+    }
+    if (dh0)
+        for (size_t i = 0; i < PN; i++) dh0[i] += cur[i];
+}
+
+/* Gradient outputs of the backward (any may be NULL) and the dA/dD partials (B, nch, H). */
+typedef struct {
+    float *dx, *ddt;
+    double *pA, *pD;
+} Grads;
+
+/* Intra-chunk part of one head: y_t += sum_{s<=t} M_ts Xd_s with M = G o Lm. Sets ws->gXd = M^T dY
+ * and ws->gc (the d/dc terms of Lm), adds this head's dL/dG = (dY Xd^T) o Lm into ws->gGs. */
+static void bwd_intra(Ws *ws, int L, int P) {
+    memset(ws->gM, 0, sizeof(float) * Q * Q);
+    kseq_mm(ws->pk, L, L, P, ws->gY, P, 0, ws->Xd, P, 1, ws->gM, Q, KSEQ_TRI_J_LE_I);
+    for (int t = 0; t < L; t++) {
+        ws->gc[t] = 0;
+        for (int s = 0; s < L; s++) ws->M[t * Q + s] = ws->G[t * Q + s] * ws->Lm[t * Q + s];
+    }
+    for (int t = 0; t < L; t++) { /* d/dc of e^{c_t - c_s}: +R_ts to c_t, -R_ts to c_s */
+        double rsum = 0;
+        for (int s = 0; s <= t; s++) {
+            float gm = ws->gM[t * Q + s];
+            double r = (double)gm * ws->M[t * Q + s];
+            rsum += r;
+            ws->gc[s] -= r;
+            ws->gGs[t * Q + s] += gm * ws->Lm[t * Q + s];
+        }
+        ws->gc[t] += rsum;
+    }
+    memset(ws->gXd, 0, sizeof(float) * L * P);
+    kseq_mm(ws->pk, L, P, L, ws->M, Q, 1, ws->gY, P, 0, ws->gXd, P, KSEQ_TRI_K_GE_I);
+}
+
+/* Phase 2, one head h of chunk (b, k): uses ws->G; adds this head's dL/dG into ws->gGs and its
+ * direct dBm/dCm terms into ws->gB, ws->gC. S0, gSe:(P,N) entry state and dL/dS_end. */
+static void bwd_head(Ws *ws, const Grads *g, const float *dy, const float *S0, const float *gSe,
+                     const Dims *d, int b, int k, int h) {
+    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0), H = d->H;
+    const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    const float *dtc = d->dt + ((size_t)b * d->T + t0) * H + h;
+    chunk_decay(ws, dtc, H, d->A[h], L);
+    chunk_lmat(ws, L);
+    gather(ws->X, d->x, d, b, t0, h, L);
+    gather(ws->gY, dy, d, b, t0, h, L);
+    for (int s = 0; s < L; s++) {
+        float dts = dtc[(size_t)s * H];
+        for (int p = 0; p < P; p++) ws->Xd[(size_t)s * P + p] = dts * ws->X[(size_t)s * P + p];
+    }
+    bwd_intra(ws, L, P);
+    /* chunk-end state: S_end = e^{c_L} S0 + sum_s w_s Xd_s (x) B_s;  Z = B dS_end^T */
+    memset(ws->Z, 0, sizeof(float) * L * P);
+    kseq_mm(ws->pk, L, P, N, Bk, N, 0, gSe, N, 1, ws->Z, P, KSEQ_TRI_NONE);
+    for (int s = 0; s < L; s++) {
+        float *zs = ws->Z + (size_t)s * P, *xw = ws->Xw + (size_t)s * P, w = ws->w[s];
+        double u = (double)w * kseq_dot(ws->Xd + (size_t)s * P, zs, P);
+        ws->gc[s] -= u;
+        ws->gc[L - 1] += u;
+        for (int p = 0; p < P; p++) {
+            ws->gXd[(size_t)s * P + p] += w * zs[p];
+            xw[p] = w * ws->Xd[(size_t)s * P + p];
+        }
+    }
+    ws->gc[L - 1] += (double)ws->ec[L - 1] * kseq_dot(gSe, S0, P * N);
+    /* dB_s += w_s dS_end^T Xd_s */
+    kseq_mm(ws->pk, L, N, P, ws->Xw, P, 0, gSe, N, 0, ws->gB, N, KSEQ_TRI_NONE);
+    /* inter-chunk: y_t += e^{c_t} S0 C_t;  Qm = dY S0 */
+    memset(ws->Qm, 0, sizeof(float) * L * N);
+    kseq_mm(ws->pk, L, N, P, ws->gY, P, 0, S0, N, 0, ws->Qm, N, KSEQ_TRI_NONE);
+    for (int t = 0; t < L; t++) {
+        float e = ws->ec[t], *qt = ws->Qm + (size_t)t * N, *gct = ws->gC + (size_t)t * N;
+        ws->gc[t] += (double)e * kseq_dot(qt, Ck + (size_t)t * N, N);
+        for (int n = 0; n < N; n++) gct[n] += e * qt[n];
+    }
+    /* c_t = sum_{r<=t} dt_r A: da_r = sum_{t>=r} dc_t; then dt enters through a and Xd */
+    double ga = 0, pA = 0, pD = 0;
+    float A = d->A[h], D = d->Dskip[h];
+    for (int s = L - 1; s >= 0; s--) {
+        ga += ws->gc[s];
+        float dts = dtc[(size_t)s * H];
+        const float *xs = ws->X + (size_t)s * P, *gys = ws->gY + (size_t)s * P;
+        const float *gxs = ws->gXd + (size_t)s * P;
+        pA += ga * dts;
+        pD += kseq_dot(gys, xs, P);
+        size_t ti = ((size_t)b * d->T + t0 + s) * H + h;
+        if (g->ddt) g->ddt[ti] += (float)(ga * A + kseq_dot(xs, gxs, P));
+        if (g->dx)
+            for (int p = 0; p < P; p++) g->dx[ti * P + p] += dts * gxs[p] + D * gys[p];
+    }
+    size_t pi = ((size_t)b * d->nch + k) * H + h;
+    g->pA[pi] = pA;
+    g->pD[pi] = pD;
+}
+
+/* Phase 2 for chunk (b, k), all heads in order; then the shared dBm, dCm products. */
+static void bwd_chunk(Ws *ws, const Grads *g, float *dBm, float *dCm, const float *dy,
+                      const float *st, const float *gse, const Dims *d, int b, int k) {
+    int N = d->N, t0 = k * Q, L = imin(Q, d->T - t0);
+    size_t PN = (size_t)d->P * N;
+    const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
+    memset(ws->G, 0, sizeof(float) * Q * Q);
+    kseq_mm(ws->pk, L, L, N, Ck, N, 0, Bk, N, 1, ws->G, Q, KSEQ_TRI_J_LE_I);
+    memset(ws->gGs, 0, sizeof(float) * Q * Q);
+    memset(ws->gB, 0, sizeof(float) * L * N);
+    memset(ws->gC, 0, sizeof(float) * L * N);
+    for (int h = 0; h < d->H; h++) {
+        size_t o = ((size_t)h * d->nch + k) * PN;
+        bwd_head(ws, g, dy, st + o, gse + o, d, b, k, h);
+    }
+    /* G_ts = C_t . B_s:  dC += (sum_h dG) B,  dB += (sum_h dG)^T C   (dG lower triangular) */
+    kseq_mm(ws->pk, L, N, L, ws->gGs, Q, 0, Bk, N, 0, ws->gC, N, KSEQ_TRI_K_LE_I);
+    kseq_mm(ws->pk, L, N, L, ws->gGs, Q, 1, Ck, N, 0, ws->gB, N, KSEQ_TRI_K_GE_I);
+    size_t o = ((size_t)b * d->T + t0) * N;
+    if (dCm)
+        for (size_t i = 0; i < (size_t)L * N; i++) dCm[o + i] += ws->gC[i];
+    if (dBm)
+        for (size_t i = 0; i < (size_t)L * N; i++) dBm[o + i] += ws->gB[i];
+}
+
+void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
+               const float *dy, const float *dhT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               const float *saved, int B, int T, int H, int P, int N) {
+    CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
+          B, T, H, P, N);
+    CHECK(saved || T == 0, "ssd_bwd: saved is NULL (run the forward with saved)");
+    (void)h0; /* the entry state of chunk 0 is in saved */
+    Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
+    size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
+    int nt = max_threads(), gb = group_size(B, NULL);
+    float *wsbuf = malloc(sizeof(float) * wsz * nt);
+    float *gse = malloc(sizeof(float) * (per_b * gb + 1));      /* (gb, H, nch, P, N) */
+    double *part = malloc(sizeof(double) * (2 * (size_t)B * d.nch * H + 1)); /* pA, pD */
+    CHECK(wsbuf && gse && part, "ssd_bwd: out of memory");
+    Grads g = {dx, ddt, part, part + (size_t)B * d.nch * H};
+    for (int b0 = 0; b0 < B; b0 += gb) {
+        int nb = imin(gb, B - b0);
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nb * H; i++) {
+            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            int b = b0 + i / H, h = i % H;
+            size_t bh = (size_t)b * H + h;
+            bwd_chain(&ws, gse + (size_t)i * d.nch * PN, dh0 ? dh0 + bh * PN : NULL,
+                      dhT ? dhT + bh * PN : NULL, dy, &d, b, h);
+        }
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nb * d.nch; i++) {
+            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            int bl = i / d.nch;
+            bwd_chunk(&ws, &g, dBm, dCm, dy, saved + (size_t)(b0 + bl) * per_b,
+                      gse + (size_t)bl * per_b, &d, b0 + bl, i % d.nch);
+        }
+    }
+    for (int h = 0; h < H; h++) { /* fixed-order reduction over (b, chunk) */
+        double sa = 0, sd = 0;
+        for (size_t i = 0; i < (size_t)B * d.nch; i++) {
+            sa += g.pA[i * H + h];
+            sd += g.pD[i * H + h];
+        }
+        if (dA) dA[h] += (float)sa;
+        if (dD) dD[h] += (float)sd;
+    }
+    free(wsbuf);
+    free(gse);
+    free(part);
+}
+
+/* ---- single-token step ---------------------------------------------------------------------- */
+
+void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const float *dt,
+                const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                int B, int H, int P, int N) {
+    CHECK(B >= 0 && H > 0 && P > 0 && N > 0, "ssd_step: bad dims B=%d H=%d P=%d N=%d", B, H, P, N);
+    size_t PN = (size_t)P * N;
+    int nt = max_threads();
+    float *rows = malloc(sizeof(float) * (size_t)N * nt); /* one new state row per thread */
+    CHECK(rows, "ssd_step: out of memory");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * H; i++) {
+        int b = i / H, h = i % H;
+        float *row = rows + (size_t)N * thread_id();
+        const float *bt = Bm + (size_t)b * N, *ct = Cm + (size_t)b * N, *xi = x + (size_t)i * P;
+        float dti = dt[i], alpha = expf(dti * A[h]);
+        for (int p = 0; p < P; p++) {
+            const float *sp = S_in + (size_t)i * PN + (size_t)p * N;
+            float dx = dti * xi[p];
+            for (int n = 0; n < N; n++) row[n] = alpha * sp[n] + dx * bt[n];
+            y[(size_t)i * P + p] = kseq_dot(row, ct, N) + Dskip[h] * xi[p];
+            if (S_out) memcpy(S_out + (size_t)i * PN + (size_t)p * N, row, sizeof(float) * N);
+        }
+    }
+    free(rows);
+}
