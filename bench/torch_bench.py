@@ -38,8 +38,47 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch.set_num_threads and OpenBLAS/OpenMP pool size (default: all cores)")
     ap.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed repeats (default 1 + 5)")
-    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama", help="comma-separated subset")
+    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large",
+                    help="comma-separated subset")
     return ap.parse_args(argv)
+
+    # Full training step of the explicit Mamba2 LM at the state-tracking sizes (bench/bench_train.c):
+    # embedding (V=240) -> 2 blocks -> norm_f -> tied head -> CE, then AdamW.
+    tsizes = {"train_small": (64, 16, 128, 16), "train_large": (256, 128, 1024, 64)}
+    for name in ("train_small", "train_large"):
+        if name not in cases:
+            continue
+        D, N, E, P = tsizes[name]
+        V = 240
+        blocks = [mamba2_params(D, N, E, P) for _ in range(2)]
+        emb = (torch.randn(V, D) * 0.02).requires_grad_(True)
+        norm_f = torch.ones(D, requires_grad=True)
+        leaves = [emb, norm_f] + [v for b in blocks for v in b.values() if isinstance(v, torch.Tensor)]
+        opt = torch.optim.AdamW(leaves, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        ids = torch.randint(0, V, (Bsz, T))
+        tgt = torch.randint(0, V, (Bsz, T))
+
+        def train_step():
+            h = emb[ids]
+            for b in blocks:
+                h = mamba2_block(b, h)
+            logits = rmsnorm(h, norm_f) @ emb.t()
+            loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        times = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            train_step()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        s = times[(len(times) - 1) // 2]
+        nparams = sum(v.numel() for v in leaves)
+        print(f"torch {name} step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} params={nparams} "
+              f"{tail}", flush=True)
 
 
 if __name__ == "__main__":
@@ -307,6 +346,44 @@ def main(args):
         s = time_fwdbwd(lambda: llama_block(p, x, cos, sin, mask).square().mean(), p, repeats, warmup)
         print(f"torch llama fwdbwd_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} "
               f"n_head={nh} d_inner={d_inner} h={(2 * d_inner) // 3} {tail}", flush=True)
+
+    # Full training step of the explicit Mamba2 LM at the state-tracking sizes (bench/bench_train.c):
+    # embedding (V=240) -> 2 blocks -> norm_f -> tied head -> CE, then AdamW.
+    tsizes = {"train_small": (64, 16, 128, 16), "train_large": (256, 128, 1024, 64)}
+    for name in ("train_small", "train_large"):
+        if name not in cases:
+            continue
+        D, N, E, P = tsizes[name]
+        V = 240
+        blocks = [mamba2_params(D, N, E, P) for _ in range(2)]
+        emb = (torch.randn(V, D) * 0.02).requires_grad_(True)
+        norm_f = torch.ones(D, requires_grad=True)
+        leaves = [emb, norm_f] + [v for b in blocks for v in b.values() if isinstance(v, torch.Tensor)]
+        opt = torch.optim.AdamW(leaves, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        ids = torch.randint(0, V, (Bsz, T))
+        tgt = torch.randint(0, V, (Bsz, T))
+
+        def train_step():
+            h = emb[ids]
+            for b in blocks:
+                h = mamba2_block(b, h)
+            logits = rmsnorm(h, norm_f) @ emb.t()
+            loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        times = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            train_step()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        s = times[(len(times) - 1) // 2]
+        nparams = sum(v.numel() for v in leaves)
+        print(f"torch {name} step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} params={nparams} "
+              f"{tail}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,211 @@
+/* bench_kernels.c: throughput of the dense kernels against this machine's measured peak.
+ *
+ * 1. Peak: an FMA loop on 12 independent vector accumulators (enough chains to cover FMA
+ *    latency on every x86 core we know), run on 1 and 2 pthreads; GFLOP/s per core and total.
+ *    Memory: a large memcpy, in GB/s (counting bytes read + written).
+ * 2. GEMM GFLOP/s of the built-in blocked GEMM (k_gemm_blocked) and of OpenBLAS (cblas_sgemm
+ *    called directly; "n/a" in builds without it), square 256/512/1024 and the three GEMMs of
+ *    a Linear with M = 8192 rows, C = 256, OC = 1024 (fwd, dx, dW), at 1 and 2 threads, each as
+ *    a fraction of the measured peak for that many cores.
+ * 3. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table).
+ * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
+ * Usage: bench_kernels [--quick]
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/rng.h"
+#include "../src/core/timer.h"
+#include "../src/kernels/cpu/gemm.h"
+#include "../src/kernels/kernels.h"
+
+#ifdef IM_OPENBLAS
+#include <cblas.h>
+#endif
+
+static double min_time = 0.25; /* seconds of repeats per measurement (--quick: 0.08) */
+
+/* ---- peak ------------------------------------------------------------------------------------ */
+
+/* 12 independent accumulators of one vector register each (zmm with AVX-512, else ymm): more
+ * chains than FMA latency x FMA pipes on current x86 cores, all of them kept in registers.
+ * GNU vector types keep the compiler from spilling them; contraction is enabled for this one
+ * function so that a * m + c is a single FMA (the bench is otherwise built with ISO -std=c11). */
+#if defined(__AVX512F__)
+typedef float VecF __attribute__((vector_size(64)));
+#else
+typedef float VecF __attribute__((vector_size(32)));
+#endif
+#define PEAK_CHAINS 12
+#define PEAK_ITERS 20000000L
+
+__attribute__((optimize("fp-contract=fast"))) static void *peak_worker(void *arg) {
+    /* distinct starting values known only at run time, or the compiler merges or folds chains */
+    float seed = *(float *)arg;
+    VecF z = {0}, m = z + 0.9999999f, c = z + 1e-7f;
+    VecF a0 = z + seed, a1 = a0 * 2, a2 = a0 * 3, a3 = a0 * 4, a4 = a0 * 5, a5 = a0 * 6;
+    VecF a6 = a0 * 7, a7 = a0 * 8, a8 = a0 * 9, a9 = a0 * 10, a10 = a0 * 11, a11 = a0 * 12;
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        a0 = a0 * m + c, a1 = a1 * m + c, a2 = a2 * m + c, a3 = a3 * m + c;
+        a4 = a4 * m + c, a5 = a5 * m + c, a6 = a6 * m + c, a7 = a7 * m + c;
+        a8 = a8 * m + c, a9 = a9 * m + c, a10 = a10 * m + c, a11 = a11 * m + c;
+    }
+    VecF s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    *(float *)arg = s[0]; /* keep the result alive */
+    return NULL;
+}
+
+/* GFLOP/s of nt threads running peak_worker at once: the best of 3 runs (shared machine). */
+static double peak_gflops(int nt) {
+    pthread_t th[2];
+    float sink[2];
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = timer_now();
+        for (int i = 0; i < nt; i++) {
+            sink[i] = 1.0f + (float)i;
+            pthread_create(&th[i], NULL, peak_worker, &sink[i]);
+        }
+        for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+        double t = timer_now() - t0;
+        double gf = 2.0 * PEAK_CHAINS * (sizeof(VecF) / sizeof(float)) * (double)PEAK_ITERS * nt / t / 1e9;
+        if (gf > best) best = gf;
+    }
+    return best;
+}
+
+/* ---- timing helpers -------------------------------------------------------------------------- */
+
+typedef void (*Fn)(void *);
+
+/* Best seconds per call over repeats lasting at least min_time (one warm-up call first). */
+static double best_time(Fn fn, void *ctx) {
+    fn(ctx);
+    double best = 1e30, start = timer_now();
+    int reps = 0;
+    do {
+        double t0 = timer_now();
+        fn(ctx);
+        double t = timer_now() - t0;
+        if (t < best) best = t;
+        reps++;
+    } while (timer_now() - start < min_time || reps < 3);
+    return best;
+}
+
+static float *randn(size_t n, Rng *r) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(r);
+    return x;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+typedef struct { int ta, tb, M, N, K; const float *A, *B; float *C; } GemmCase;
+
+static void run_builtin(void *p) {
+    GemmCase *g = p;
+    k_gemm_blocked(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->ta ? g->M : g->K, g->B,
+                   g->tb ? g->K : g->N, 0.0f, g->C, g->N);
+}
+
+#ifdef IM_OPENBLAS
+static void run_openblas(void *p) {
+    GemmCase *g = p;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                g->M, g->N, g->K, 1.0f, g->A, g->ta ? g->M : g->K, g->B, g->tb ? g->K : g->N, 0.0f,
+                g->C, g->N);
+}
+#endif
+
+static void bench_gemm(const double *peak, Rng *r) {
+    static const struct { const char *name; int ta, tb, M, N, K; } cases[] = {
+        {"square 256", 0, 0, 256, 256, 256},
+        {"square 512", 0, 0, 512, 512, 512},
+        {"square 1024", 0, 0, 1024, 1024, 1024},
+        {"linear fwd  y=xW^T", 0, 1, 8192, 1024, 256}, /* M=8192 C=256 OC=1024 */
+        {"linear bwd dx=dyW", 0, 0, 8192, 256, 1024},
+        {"linear bwd dW=dy^Tx", 1, 0, 1024, 256, 8192},
+    };
+    printf("\nGEMM (GFLOP/s, %% of measured peak for that many cores)\n");
+    printf("  %-21s %-6s %-7s %-16s %-16s\n", "case", "tA tB", "threads", "built-in", "openblas");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        GemmCase g = {cases[c].ta, cases[c].tb, cases[c].M, cases[c].N, cases[c].K, NULL, NULL, NULL};
+        float *A = randn((size_t)g.M * g.K, r), *B = randn((size_t)g.K * g.N, r);
+        float *C = calloc((size_t)g.M * g.N, sizeof(float));
+        g.A = A, g.B = B, g.C = C;
+        double flops = 2.0 * g.M * g.N * g.K;
+        for (int nt = 1; nt <= 2; nt++) {
+            k_set_threads(nt);
+            double gb = flops / best_time(run_builtin, &g) / 1e9;
+            char ob[32] = "n/a";
+#ifdef IM_OPENBLAS
+            double go = flops / best_time(run_openblas, &g) / 1e9;
+            snprintf(ob, sizeof ob, "%7.1f (%3.0f%%)", go, 100 * go / peak[nt]);
+#endif
+            printf("  %-21s %d  %d   %-7d %7.1f (%3.0f%%)   %s\n", cases[c].name, g.ta, g.tb, nt, gb,
+                   100 * gb / peak[nt], ob);
+        }
+        free(A), free(B), free(C);
+    }
+}
+
+/* ---- bandwidth-bound kernels ----------------------------------------------------------------- */
+
+enum { BM = 8192, BC = 1024 }; /* rows x features: 32 MiB per activation tensor */
+typedef struct { float *x, *y, *w, *dy, *dx, *dw, *rstd, *m, *v; int *t; } Bufs;
+
+static void run_memcpy(void *p) { Bufs *b = p; memcpy(b->y, b->x, (size_t)BM * BC * sizeof(float)); }
+static void run_rms_fwd(void *p) { Bufs *b = p; k_rmsnorm_fwd(b->y, b->rstd, b->x, b->w, BM, BC, 1e-5f); }
+static void run_rms_bwd(void *p) { Bufs *b = p; k_rmsnorm_bwd(b->dx, b->dw, b->dy, b->x, b->w, b->rstd, BM, BC); }
+static void run_silu(void *p) { Bufs *b = p; k_silu_fwd(b->y, b->x, (size_t)BM * BC); }
+static void run_softmax(void *p) { Bufs *b = p; k_softmax(b->y, b->x, BM, BC); }
+static void run_xent(void *p) { Bufs *b = p; k_xent_fwd(b->rstd, b->x, b->t, BM, BC, -1); }
+static void run_adamw(void *p) {
+    Bufs *b = p;
+    k_adamw(b->y, b->m, b->v, b->dy, (size_t)BM * BC, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 10);
+}
+
+static void bench_bandwidth(Rng *r) {
+    size_t n = (size_t)BM * BC;
+    Bufs b = {randn(n, r), randn(n, r), randn(BC, r), randn(n, r), calloc(n, 4), calloc(BC, 4),
+              calloc(BM, 4), calloc(n, 4), calloc(n, 4), malloc(BM * sizeof(int))};
+    for (int i = 0; i < BM; i++) b.t[i] = i % BC;
+    static const struct { const char *name; Fn fn; double bytes_per_elem; } ks[] = {
+        {"memcpy (reference)", run_memcpy, 8},
+        {"rmsnorm_fwd", run_rms_fwd, 8},   /* read x, write y */
+        {"rmsnorm_bwd dx+dw", run_rms_bwd, 16}, /* read dy, x, dx; write dx */
+        {"silu_fwd", run_silu, 8},
+        {"softmax", run_softmax, 8},
+        {"xent_fwd", run_xent, 4},
+        {"adamw", run_adamw, 28}, /* read p, m, v, g; write p, m, v */
+    };
+    printf("\nBandwidth-bound kernels, %d x %d floats (GB/s of bytes that must move; ms)\n", BM, BC);
+    printf("  %-20s %-7s %-8s %s\n", "kernel", "threads", "GB/s", "ms");
+    for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
+        for (int nt = 1; nt <= 2; nt++) {
+            k_set_threads(nt);
+            double t = best_time(ks[k].fn, &b);
+            printf("  %-20s %-7d %8.1f %8.2f\n", ks[k].name, nt, ks[k].bytes_per_elem * n / t / 1e9, t * 1e3);
+        }
+    free(b.x), free(b.y), free(b.w), free(b.dy), free(b.dx), free(b.dw), free(b.rstd), free(b.m);
+    free(b.v), free(b.t);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--quick")) min_time = 0.08;
+    Rng r;
+    rng_seed(&r, 42, 1);
+    printf("bench_kernels: blas=%s omp=%s\n", k_blas_name(), k_omp_name());
+    double peak[3] = {0, peak_gflops(1), peak_gflops(2)};
+    printf("measured FMA peak: 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s (%.1f per core)\n",
+           peak[1], peak[2], peak[2] / 2);
+    bench_gemm(peak, &r);
+    bench_bandwidth(&r);
+    k_set_threads(1);
+    return 0;
+}
