@@ -302,6 +302,7 @@ int trainer_eval(Trainer *t) {
         }
     /* best = mean of the metric over all eval lengths and p values */
     double score = sum / t->n_last_eval;
+    t->last_score = score;
     if (isnan(t->best) || (hib ? score > t->best : score < t->best)) {
         t->best = score;
         t->best_step = t->step;
@@ -389,8 +390,8 @@ int trainer_run(Trainer *t, int stop_at) {
         }
         if (t->cfg.eval_every > 0 && t->step % t->cfg.eval_every == 0 && t->step < t->cfg.steps) {
             if ((rc = trainer_eval(t))) break;
-            snprintf(msg, sizeof msg, "eval @ step %d: %s %.4f (best %.4f @ %d)", t->step, t->cfg.best_metric,
-                     t->last_eval[0].seq_acc, t->best, t->best_step);
+            snprintf(msg, sizeof msg, "eval @ step %d: mean %s %.4f (best %.4f @ step %d)", t->step,
+                     t->cfg.best_metric, t->last_score, t->best, t->best_step);
             if (pg.mode == PROGRESS_PLAIN) progress_note(&pg, msg);
         }
         if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)

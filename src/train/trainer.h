@@ -35,6 +35,7 @@ typedef struct {
     AdamW opt;
     int step;             /* optimizer steps done */
     double best;          /* best value of cfg.best_metric so far (NAN: none yet) */
+    double last_score;    /* mean of cfg.best_metric over the latest evaluation */
     int best_step;
     int skipped;          /* steps skipped by on_nan = skip */
     FILE *log;            /* log.jsonl */
