@@ -13,40 +13,8 @@
 #include "../src/kernels/kernels.h"
 #include "../src/models/ckpt.h"
 #include "../src/train/optim.h"
+#include "refload.h"
 #include "th.h"
-
-/* Map the reference's config JSON (its own key names) onto ours. */
-static int ref_config(const StFile *f, ModelCfg *c, int *B, int *T) {
-    const char *model = st_meta(f, "model"), *text = st_meta(f, "config");
-    if (!model || !text) return -1;
-    Json *j = NULL;
-    if (json_parse(&j, text, strlen(text))) return -1;
-    cfg_defaults(c);
-    cfg_set(c, "model", model);
-    static const char *map[][2] = {{"vocab", "vocab_size"}, {"d_model", "d_model"}, {"n_layer", "n_layer"},
-                                   {"d_state", "d_state"},  {"d_conv", "d_conv"},   {"expand", "expand"},
-                                   {"headdim", "headdim"},  {"n_head", "n_head"},   {"d_inner", "d_inner"},
-                                   {"norm_eps", "norm_eps"}, {"rope_theta", "rope_theta"}};
-    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-        const Json *v = json_get(j, map[i][0]);
-        if (!v || v->type != JSON_NUMBER) continue;
-        if (!strcmp(map[i][0], "rope_theta") && v->number <= 1) continue; /* unused by this family */
-        char buf[64];
-        snprintf(buf, sizeof buf, "%.17g", v->number);
-        if (cfg_set(c, map[i][1], buf)) { json_free(j); return -1; }
-    }
-    *B = (int)json_get(j, "batch")->number;
-    *T = (int)json_get(j, "seq_len")->number;
-    json_free(j);
-    if (!strcmp(model, "llama")) cfg_set(c, "mlp_type", "swiglu");
-    return 0;
-}
-
-static const float *tensor(const StFile *f, const char *name, size_t numel) {
-    const StTensor *t = st_find(f, name);
-    if (!t || st_numel(t) != numel) return NULL;
-    return st_data(f, t);
-}
 
 static void check_ref(const char *path) {
     StFile f;
@@ -58,10 +26,10 @@ static void check_ref(const char *path) {
     int rc = ckpt_load(&m, path, &c);
     TH_CHECK(rc == 0, "%s: load: %s", path, err_msg());
     if (rc) { st_free(&f); return; }
-    const int *ids = (const int *)tensor(&f, "input.ids", (size_t)B * T);
-    const int *tg = (const int *)tensor(&f, "input.targets", (size_t)B * T);
-    const float *logits = tensor(&f, "out.logits", (size_t)B * T * m.V);
-    const float *loss_ref = tensor(&f, "out.loss", 1);
+    const int *ids = (const int *)ref_tensor(&f, "input.ids", (size_t)B * T);
+    const int *tg = (const int *)ref_tensor(&f, "input.targets", (size_t)B * T);
+    const float *logits = ref_tensor(&f, "out.logits", (size_t)B * T * m.V);
+    const float *loss_ref = ref_tensor(&f, "out.loss", 1);
     TH_CHECK(ids && tg && logits && loss_ref, "%s: missing reference tensors", path);
     if (!ids || !tg || !logits || !loss_ref) { model_free(&m); st_free(&f); return; }
 
@@ -80,7 +48,7 @@ static void check_ref(const char *path) {
         const ParamInfo *p = &m.tab.p[i];
         char gname[160];
         snprintf(gname, sizeof gname, "grad.%s", p->name);
-        const float *g = tensor(&f, gname, p->numel);
+        const float *g = ref_tensor(&f, gname, p->numel);
         TH_CHECK(g != NULL, "%s: no reference gradient %s", path, gname);
         if (!g) continue;
         double e = th_rel_err(m.grads + p->offset, g, p->numel);
@@ -91,7 +59,7 @@ static void check_ref(const char *path) {
            fabs(loss - *loss_ref) / fabs(*loss_ref), worst);
 
     /* 10 AdamW steps (lr 1e-2, betas (0.9, 0.95), wd 0.1 on the decay set, clip 1.0) */
-    const float *losses = tensor(&f, "adamw.losses", 10), *norms = tensor(&f, "adamw.grad_norms", 10);
+    const float *losses = ref_tensor(&f, "adamw.losses", 10), *norms = ref_tensor(&f, "adamw.grad_norms", 10);
     TH_CHECK(losses && norms, "%s: missing adamw reference", path);
     if (losses && norms) {
         AdamW opt;

@@ -27,9 +27,43 @@ int cfg_set(ModelCfg *c, const char *key, const char *value) {
 
 #define BAD(...) return err_set(IM_EINVAL, __VA_ARGS__)
 
+static int is_solver(const char *s) { return !strcmp(s, "fixed_point_iter") || !strcmp(s, "anderson"); }
+static int is_stop(const char *s) { return !strcmp(s, "rel") || !strcmp(s, "abs"); }
+
+static int deq_validate(const ModelCfg *c) {
+    if (!(c->tau > 0 && c->tau <= 1)) BAD("config key 'tau': %g must be in (0, 1]", c->tau);
+    if (!is_solver(c->f_solver)) BAD("config key 'f_solver': unknown '%s' (fixed_point_iter | anderson)", c->f_solver);
+    if (!is_solver(c->b_solver)) BAD("config key 'b_solver': unknown '%s' (fixed_point_iter | anderson)", c->b_solver);
+    if (!is_stop(c->f_stop_mode)) BAD("config key 'f_stop_mode': unknown '%s' (rel | abs)", c->f_stop_mode);
+    if (!is_stop(c->b_stop_mode)) BAD("config key 'b_stop_mode': unknown '%s' (rel | abs)", c->b_stop_mode);
+    if (c->f_max_iter < 0 || c->f_max_iter > 100000) BAD("config key 'f_max_iter': %d out of range 0..100000", c->f_max_iter);
+    if (c->b_max_iter < 1) BAD("config key 'b_max_iter' must be >= 1");
+    if (c->grad < 1 || c->grad > 64) BAD("config key 'grad': %d out of range 1..64 (phantom steps)", c->grad);
+    if (!(c->f_tol >= 0) || !(c->b_tol >= 0)) BAD("config keys 'f_tol', 'b_tol' must be >= 0");
+    if (!(c->eval_factor >= 0)) BAD("config key 'eval_factor' must be >= 0");
+    int f_thres = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
+    if (f_thres < 2)
+        BAD("config keys 'eval_f_max_iter'/'eval_factor': evaluation needs at least 2 iterations (got %d; the reference crashes on 1)", f_thres);
+    if (c->pretrain_steps < 0) BAD("config key 'pretrain_steps' must be >= 0");
+    if (c->pretrain_iter < 1 || c->pretrain_iter > 256) BAD("config key 'pretrain_iter': %d out of range 1..256", c->pretrain_iter);
+    if (!(c->norm_target_norm > 0)) BAD("config key 'norm_target_norm' must be > 0");
+    if (!(c->norm_clip_value >= 0)) BAD("config key 'norm_clip_value' must be >= 0");
+    if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
+    if (c->anderson_m < 1 || c->anderson_m > 16) BAD("config key 'anderson_m': %d out of range 1..16", c->anderson_m);
+    if (!(c->anderson_lambda >= 0)) BAD("config key 'anderson_lambda' must be >= 0");
+    return IM_OK;
+}
+
 int cfg_validate(const ModelCfg *c) {
-    int is_m = !strcmp(c->model, "mamba2"), is_l = !strcmp(c->model, "llama"), is_r = !strcmp(c->model, "lstm");
-    if (!is_m && !is_l && !is_r) BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm)", c->model);
+    int imp = !strncmp(c->model, "implicit_", 9);
+    const char *fam = imp ? c->model + 9 : c->model;
+    int is_m = !strcmp(fam, "mamba2"), is_l = !strcmp(fam, "llama"), is_r = !imp && !strcmp(fam, "lstm");
+    if (!is_m && !is_l && !is_r)
+        BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm | implicit_mamba2 | implicit_llama)", c->model);
+    if (imp) {
+        int rc = deq_validate(c);
+        if (rc) return rc;
+    }
     if (c->vocab_size < 1 || c->vocab_size > (1 << 24)) BAD("config key 'vocab_size': %d out of range 1..16777216", c->vocab_size);
     if (c->pad_vocab_multiple < 0) BAD("config key 'pad_vocab_multiple' must be >= 0");
     if (c->d_model < 1 || c->d_model > 65536) BAD("config key 'd_model': %d out of range 1..65536", c->d_model);

@@ -15,7 +15,7 @@
 
 /* X(type, name, default, help) with type INT | FLOAT | STR (see core/keytab.h) */
 #define MODEL_CFG_KEYS(X)                                                                          \
-    X(STR, model, "mamba2", "model family: mamba2 | llama | lstm")                                 \
+    X(STR, model, "mamba2", "model: mamba2 | llama | lstm | implicit_mamba2 | implicit_llama")    \
     X(INT, vocab_size, 256, "vocabulary size V (tokens are 0..V-1)")                               \
     X(INT, pad_vocab_multiple, 0, "round the embedding rows up to a multiple of this (0 = off)")   \
     X(INT, d_model, 64, "model width D")                                                           \
@@ -32,8 +32,35 @@
     X(INT, max_seq_len, 2048, "attention KV-cache capacity for generation")                        \
     X(FLOAT, dropout, 0.0, "embedding dropout probability")                                        \
     X(FLOAT, backbone_dropout, 0.0, "variational dropout on mixer/MLP outputs")                    \
-    X(INT, rescale_out_proj, 1, "GPT-2 rescale of out_proj/fc2 by 1/sqrt(n_res*n_layer)")          \
-    X(FLOAT, emb_init_std, 0.02, "embedding init N(0, std)")
+    X(INT, rescale_out_proj, -1, "GPT-2 rescale of out_proj/fc2 by 1/sqrt(n_res*n_layer): 1 | 0 | "  \
+                                 "-1 = as the reference (explicit yes, implicit no: spec 12-B1)")   \
+    X(FLOAT, emb_init_std, 0.02, "embedding init N(0, std)")                                       \
+    DEQ_CFG_KEYS(X)
+
+/* Implicit models (spec implicit-lm §2-§6, names of the reference's deq_params where they exist). */
+#define DEQ_CFG_KEYS(X)                                                                            \
+    X(FLOAT, tau, 0.8, "relaxation z <- (1-tau) z + tau f(z) of phantom steps and eval loop")     \
+    X(STR, f_solver, "fixed_point_iter", "training forward solver: fixed_point_iter | anderson")   \
+    X(INT, f_max_iter, 32, "training solve: max f evaluations (eval: x eval_factor)")             \
+    X(FLOAT, f_tol, 0.05, "solve / eval-loop tolerance")                                           \
+    X(STR, f_stop_mode, "rel", "training solve residual: rel | abs")                               \
+    X(INT, grad, 4, "phantom-gradient steps k (1 with tau 1 = JFB)")                               \
+    X(INT, ift, 0, "1 = implicit differentiation (adjoint solve) instead of phantom steps")       \
+    X(STR, b_solver, "fixed_point_iter", "adjoint solver: fixed_point_iter | anderson")            \
+    X(INT, b_max_iter, 32, "adjoint solve: max iterations")                                        \
+    X(FLOAT, b_tol, 1e-3, "adjoint solve tolerance")                                               \
+    X(STR, b_stop_mode, "rel", "adjoint residual: rel | abs")                                      \
+    X(FLOAT, eval_factor, 4.0, "eval max iterations = floor(f_max_iter * eval_factor)")            \
+    X(INT, eval_f_max_iter, 0, "eval max iterations if > 0 (overrides eval_factor)")              \
+    X(INT, pretrain_steps, 0, "unrolled warm-up: training forwards with full backprop")           \
+    X(INT, pretrain_iter, 4, "f calls of the unrolled warm-up")                                    \
+    X(INT, weight_norm, 1, "weight-normalise every backbone Linear/Conv1d (spec 6)")               \
+    X(INT, norm_no_scale, 0, "weight norm without learned gain (W = target * v/|v|)")              \
+    X(FLOAT, norm_target_norm, 1.0, "weight-norm target when norm_no_scale")                       \
+    X(FLOAT, norm_clip_value, 0.0, "clip the weight-norm factor at this value (0 = off)")          \
+    X(FLOAT, ema_alpha, 0.0, "eval loop: test convergence on an EMA of f-outputs (0 = off)")       \
+    X(INT, anderson_m, 6, "Anderson history size")                                                 \
+    X(FLOAT, anderson_lambda, 1e-4, "Anderson Tikhonov regularisation")
 
 typedef struct {
     MODEL_CFG_KEYS(KEY_FIELD)

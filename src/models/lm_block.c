@@ -12,6 +12,7 @@
 
 #include "../core/check.h"
 #include "../layers/block.h"
+#include "block_params.h"
 #include "lm_common.h"
 
 typedef struct {
@@ -30,30 +31,7 @@ typedef struct {
     float *step_scratch, *zs, *head_scratch;
 } BlockLm;
 
-/* ---- parameter table (one list per block kind) ------------------------------------------ */
-/* X(member, name suffix, init, a, b, decay, ndim, d0, d1, d2) */
-#define MAMBA2_MIXER_PARAMS(X)                                                                 \
-    X(mamba2.in_proj, "mixer.in_proj.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, K, D, 0)    \
-    X(mamba2.conv_w, "mixer.conv1d.weight", INIT_UNIFORM, 1 / sqrtf(W), 0, 1, 3, C, 1, W)      \
-    X(mamba2.conv_b, "mixer.conv1d.bias", INIT_UNIFORM, 1 / sqrtf(W), 0, 0, 1, C, 0, 0)        \
-    X(mamba2.dt_bias, "mixer.dt_bias", INIT_DT_BIAS, 1e-3f, 0.1f, 0, 1, H, 0, 0)               \
-    X(mamba2.A_log, "mixer.A_log", INIT_A_LOG, 1, 16, 0, 1, H, 0, 0)                           \
-    X(mamba2.Dskip, "mixer.D", INIT_ONE, 0, 0, 0, 1, H, 0, 0)                                  \
-    X(mamba2.norm_w, "mixer.norm.weight", INIT_ONE, 0, 0, 0, 1, E, 0, 0)                       \
-    X(mamba2.out_proj, "mixer.out_proj.weight", INIT_UNIFORM, out_scale / sqrtf(E), 0, 1, 2, D, E, 0)
-#define ATTN_MIXER_PARAMS(X)                                                                   \
-    X(attn.wq, "mixer.wq.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, D, D, 0)                \
-    X(attn.wk, "mixer.wk.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, D, D, 0)                \
-    X(attn.wv, "mixer.wv.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, D, D, 0)                \
-    X(attn.wo, "mixer.out_proj.weight", INIT_UNIFORM, out_scale / sqrtf(D), 0, 1, 2, D, D, 0)
-#define SWIGLU_PARAMS(X)                                                                       \
-    X(mlp.w1, "mlp.w1.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, Hm, D, 0)                  \
-    X(mlp.w3, "mlp.w3.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, Hm, D, 0)                  \
-    X(mlp.fc2, "mlp.fc2.weight", INIT_UNIFORM, out_scale / sqrtf(Hm), 0, 1, 2, D, Hm, 0)
-#define GATED_MLP_PARAMS(X)                                                                    \
-    X(mlp.fc1, "mlp.fc1.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, 2 * Hm, D, 0)            \
-    X(mlp.fc2, "mlp.fc2.weight", INIT_UNIFORM, out_scale / sqrtf(Hm), 0, 1, 2, D, Hm, 0)
-
+/* ---- parameter table: the lists are in block_params.h (shared with the implicit models) -- */
 static size_t add_param(ParamTable *t, int layer, const char *suffix, InitRule init, float a, float b,
                         int decay, int ndim, int d0, int d1, int d2) {
     char name[PARAM_NAME_LEN];
@@ -70,7 +48,7 @@ static void add_layer(Model *m, int i, BlockW *off) {
     ParamTable *t = &m->tab;
     int D = bc->D, Hm = bc->mlp.h, n_res = bc->mlp.kind == MLP_NONE ? 1 : 2;
     /* GPT-2 residual rescale of out_proj / fc2 (spec §1.8) */
-    float out_scale = m->cfg.rescale_out_proj ? 1.0f / sqrtf((float)(n_res * m->cfg.n_layer)) : 1.0f;
+    float out_scale = m->cfg.rescale_out_proj != 0 ? 1.0f / sqrtf((float)(n_res * m->cfg.n_layer)) : 1.0f;
 #define ADD(member, suffix, init, a, b, decay, nd, d0, d1, d2) \
     off->member = (float *)(uintptr_t)add_param(t, i, suffix, init, a, b, decay, nd, d0, d1, d2);
     off->norm_w = (float *)(uintptr_t)add_param(t, i, "norm.weight", INIT_ONE, 0, 0, 0, 1, D, 0, 0);
@@ -174,7 +152,9 @@ static int plan(Model *m, int B, int T) {
     bind_all(m);
     if (lm->bc.mixer == MIXER_ATTN && T > m->cfg.max_seq_len)
         return err_set(IM_EINVAL, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
-    return lm_arena_plan(&lm->acts, m, B, T, carve);
+    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
+    m->act_bytes = lm->acts.cap;
+    return rc;
 }
 
 static BlockMasks layer_masks(const BlockLm *lm, int l, int B) {
@@ -271,5 +251,5 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_mamba2_lm = {"mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl};
-const ModelType model_llama_lm = {"llama", build_llama, plan, fwd, bwd, state_init, step, free_impl};
+const ModelType model_mamba2_lm = {"mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL};
+const ModelType model_llama_lm = {"llama", build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL};

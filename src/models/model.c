@@ -7,10 +7,11 @@
 
 #include "../core/check.h"
 
-extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm;
+extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm, model_implicit_mamba2, model_implicit_llama;
 
 /* The registry: one entry per family, in the order `implicit --help` lists them. */
-static const ModelType *const MODELS[] = {&model_mamba2_lm, &model_llama_lm, &model_lstm_lm};
+static const ModelType *const MODELS[] = {&model_mamba2_lm, &model_llama_lm, &model_lstm_lm, &model_implicit_mamba2,
+                                           &model_implicit_llama};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 const ModelType *model_type_find(const char *name) {
@@ -56,7 +57,10 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
-void model_init_params(Model *m, uint64_t seed) { ptab_init_values(&m->tab, m->params, seed); }
+void model_init_params(Model *m, uint64_t seed) {
+    ptab_init_values(&m->tab, m->params, seed);
+    if (m->type->post_init) m->type->post_init(m);
+}
 
 void model_zero_grad(Model *m) { memset(m->grads, 0, m->tab.total * sizeof(float)); }
 

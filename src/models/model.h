@@ -32,6 +32,7 @@ typedef struct {
     int (*state_init)(Model *m, int B);             /* allocate + zero the recurrent state */
     int (*step)(Model *m, const int *ids, float *logits); /* ids:(B) → logits:(B,V_pad); commits */
     void (*free_impl)(Model *m);
+    void (*post_init)(Model *m);                    /* after the table's init rules | NULL */
 } ModelType;
 
 struct Model {
@@ -47,6 +48,12 @@ struct Model {
     int training;    /* 1: dropout active */
     Rng rng;         /* dropout stream */
     int step_B;      /* batch of the step state */
+    size_t act_bytes;/* activation memory of the planned batch (one allocation) */
+    int train_step;  /* optimizer step of the next training forward (curricula); set by the trainer */
+    /* Fixed-point diagnostics of the last forward / step (implicit models; 0 for explicit ones) */
+    double fp_iters;     /* solver f-evaluations (mean over tokens for step) */
+    double fp_res;       /* final relative residual */
+    const char *fp_phase;/* "unrolled", "phantom 4+1", "ift", "eval" ... */
     int pos;         /* tokens consumed by step since state_init */
 };
 

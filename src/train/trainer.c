@@ -396,6 +396,7 @@ int trainer_run(Trainer *t, int stop_at) {
         }
         if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)
             if ((rc = trainer_save(t))) break;
+        if (t->step % t->cfg.log_every == 0) t_log = timer_now();   /* tok/s excludes eval and saving */
     }
     progress_done(&pg);
     if (!rc && t->step == t->cfg.steps) {

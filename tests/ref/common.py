@@ -5,7 +5,8 @@ spec §1.2, masked next-token cross-entropy (§1.1), the batch maker, the AdamW 
 assembles one reference file (layout described in tests/ref/README.md).
 Why here: gen_mamba2.py, gen_llama.py and gen_lstm.py all emit the same file layout, so the C tests can
 read every model's reference with one loader.
-Out of scope: model math (in each gen_<model>.py) and anything implicit (§2-§5).
+Out of scope: model math (in each gen_<model>.py) and the implicit solves (§2-§5, in gen_implicit.py,
+which shares the safetensors I/O, the norms, the CE and the batch maker from here).
 
 Run with Debian's /usr/bin/python3 (PyTorch 1.13); the pyenv python first on PATH has no torch.
 """
@@ -205,17 +206,24 @@ def write_ref(path, model, config, params, ids, targets, logits, loss, grads, lo
         "generator": "tests/ref/" + {"mamba2": "gen_mamba2.py", "llama": "gen_llama.py",
                                      "lstm": "gen_lstm.py"}[model],
     }
+    assert abs(losses[0].item() - loss.item()) <= 1e-5 * max(1.0, abs(loss.item())), "trace start != out.loss"
+    size = write_verified(path, tensors, meta)
+    print(f"wrote {path}: {len(tensors)} tensors, {size} bytes, loss {loss.item():.6f}, "
+          f"adamw losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+
+
+def write_verified(path, tensors, meta):
+    """Writes one safetensors file, reads it back with the independent reader, asserts the round trip is
+    bit exact (names, order, dtypes, values, metadata) and that the file is under 1 MB. Returns its size."""
     write_safetensors(path, tensors, meta)
     back, bmeta = read_safetensors(path)
-    assert bmeta == meta
+    assert bmeta == {str(k): str(v) for k, v in meta.items()}
     assert list(back.keys()) == list(tensors.keys())
     for k, v in tensors.items():
         assert back[k].dtype == v.dtype and torch.equal(back[k], v.contiguous()), k
-    assert abs(losses[0].item() - loss.item()) <= 1e-5 * max(1.0, abs(loss.item())), "trace start != out.loss"
     size = os.path.getsize(path)
     assert size < 1 << 20, f"{path} is {size} bytes; keep reference files well under 1 MB"
-    print(f"wrote {path}: {len(tensors)} tensors, {size} bytes, loss {loss.item():.6f}, "
-          f"adamw losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+    return size
 
 
 def setup_torch():

@@ -10,7 +10,8 @@ Self-checks (asserts, rerun on every regeneration):
   * RoPE equals the complex-number rotation of the pairs (x_i, x_{i+d/2}) by angle p*inv_freq_i;
   * incremental decoding with a KV cache (post-RoPE keys, values) equals the full causal pass;
   * torch.autograd.gradcheck (float64) of one block at a tiny size.
-Out of scope: implicit models, injection, dropout, vocab padding.
+Out of scope: implicit models (gen_implicit.py reuses attention / attention_step with the optional
+injection `u`, always None here), dropout, vocab padding.
 
 Run: /usr/bin/python3 tests/ref/gen_llama.py   (or tests/ref/gen_all.sh)
 """
@@ -70,16 +71,25 @@ def rope(x, ang):
     return x * ang.cos() + rh * ang.sin()
 
 
-def attention(w, xn, c, acts=None):
-    """Causal multi-head attention with RoPE. xn (B,T,D) normalised -> (B,T,D)."""
+def qkv(w, xn, u=None):
+    """q, k, v projections (pre-RoPE), each (..., D). u (..., 3D) | None: implicit injection (spec §2.1),
+    split into equal q | k | v thirds in that order and added before RoPE."""
+    q, k, v = (xn @ w[f"mixer.{n}.weight"].t() for n in ("wq", "wk", "wv"))
+    if u is not None:
+        uq, uk, uv = torch.chunk(u, 3, dim=-1)
+        q, k, v = q + uq, k + uk, v + uv
+    return q, k, v
+
+
+def attention(w, xn, c, acts=None, u=None):
+    """Causal multi-head attention with RoPE. xn (B,T,D) normalised, u (B,T,3D) | None -> (B,T,D)."""
     Bsz, T, D = xn.shape
     nh = c["n_head"]
     dh = D // nh
     heads = lambda t: t.reshape(Bsz, T, nh, dh).transpose(1, 2)  # noqa: E731  (B,nh,T,dh)
     ang = rope_angles(torch.arange(T), dh, c["rope_theta"], xn.dtype)
-    q = rope(heads(xn @ w["mixer.wq.weight"].t()), ang)
-    k = rope(heads(xn @ w["mixer.wk.weight"].t()), ang)
-    v = heads(xn @ w["mixer.wv.weight"].t())
+    q, k, v = qkv(w, xn, u)
+    q, k, v = rope(heads(q), ang), rope(heads(k), ang), heads(v)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     att = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
@@ -111,13 +121,29 @@ def model_fwd(p, ids, c, acts=None):
     return cm.rmsnorm(h, p["backbone.norm_f.weight"]) @ emb.t()
 
 
+def attention_step(w, xn, ang, kc, vc, c, u=None):
+    """One query token against a KV cache. xn (B,D) normalised, ang (dh) RoPE angles of this position,
+    kc / vc: lists of cached post-RoPE keys / values (B,nh,dh) of the earlier tokens (read only),
+    u (B,3D) | None. The token attends to [cache ; itself]. Returns the output after out_proj (B,D)
+    and this token's post-RoPE key and value (B,nh,dh); the caller decides whether to append them."""
+    Bsz, D = xn.shape
+    nh = c["n_head"]
+    dh = D // nh
+    q, k, v = (t.reshape(Bsz, nh, dh) for t in qkv(w, xn, u))
+    q, k = rope(q, ang), rope(k, ang)
+    K = torch.stack(list(kc) + [k], dim=2)                                   # (B,nh,t+1,dh)
+    Vv = torch.stack(list(vc) + [v], dim=2)
+    s = torch.einsum("bhd,bhsd->bhs", q, K) / math.sqrt(dh)
+    o = torch.einsum("bhs,bhsd->bhd", torch.softmax(s, dim=-1), Vv).reshape(Bsz, D)
+    return o @ w["mixer.out_proj.weight"].t(), k, v
+
+
 def model_decode(p, ids, c):
     """Token-by-token decoding with a per-layer KV cache of post-RoPE keys and values: logits (B,T,V).
-    Shares only rmsnorm/rope/swiglu with model_fwd; the attention is rewritten for one query."""
+    Shares only rmsnorm/rope/qkv/swiglu with model_fwd; the attention is rewritten for one query."""
     emb = p["word_emb.emb.weight"]
-    Bsz, T = ids.shape
-    D, nh = c["d_model"], c["n_head"]
-    dh = D // nh
+    T = ids.shape[1]
+    dh = c["d_model"] // c["n_head"]
     kc = [[] for _ in range(c["n_layer"])]
     vc = [[] for _ in range(c["n_layer"])]
     outs = []
@@ -126,15 +152,10 @@ def model_decode(p, ids, c):
         ang = rope_angles(torch.tensor([t]), dh, c["rope_theta"], h.dtype)[0]  # (dh)
         for i in range(c["n_layer"]):
             w = layer(p, i)
-            xn = cm.rmsnorm(h, w["norm.weight"])
-            q = rope((xn @ w["mixer.wq.weight"].t()).reshape(Bsz, nh, dh), ang)
-            kc[i].append(rope((xn @ w["mixer.wk.weight"].t()).reshape(Bsz, nh, dh), ang))
-            vc[i].append((xn @ w["mixer.wv.weight"].t()).reshape(Bsz, nh, dh))
-            K = torch.stack(kc[i], dim=2)                                       # (B,nh,t+1,dh)
-            Vv = torch.stack(vc[i], dim=2)
-            s = torch.einsum("bhd,bhsd->bhs", q, K) / math.sqrt(dh)
-            o = torch.einsum("bhs,bhsd->bhd", torch.softmax(s, dim=-1), Vv).reshape(Bsz, D)
-            h = h + o @ w["mixer.out_proj.weight"].t()
+            o, k, v = attention_step(w, cm.rmsnorm(h, w["norm.weight"]), ang, kc[i], vc[i], c)
+            kc[i].append(k)
+            vc[i].append(v)
+            h = h + o
             h = h + swiglu(w, cm.rmsnorm(h, w["norm2.weight"]))
         outs.append(cm.rmsnorm(h, p["backbone.norm_f.weight"]) @ emb.t())
     return torch.stack(outs, 1)

@@ -10,7 +10,8 @@ Self-checks (asserts, rerun on every regeneration):
   * the full-sequence mixer/model equals the token-by-token `step` (conv_state, ssm_state of §1.4),
     and the prefill states equal the stepped states;
   * the chunked SSD form of bench/torch_bench.py (chunk 64) equals the sequential scan at T=80.
-Out of scope: implicit models, injection `u` (always None here), dropout (p = 0), vocab padding.
+Out of scope: implicit models (gen_implicit.py reuses mixer_fwd / mixer_step with the optional
+injection `u`, always None here), dropout (p = 0), vocab padding.
 
 Run: /usr/bin/python3 tests/ref/gen_mamba2.py   (or tests/ref/gen_all.sh)
 """
@@ -94,13 +95,16 @@ def split_sizes(c):
     return E, H, C, K, c["d_state"], c["headdim"]
 
 
-def mixer_fwd(w, x, c, acts=None):
+def mixer_fwd(w, x, c, acts=None, u=None):
     """Full-sequence Mamba2 mixer. x (B,T,D) already normalised -> (B,T,D). Fills acts (layer 0) and
-    returns the prefill states (conv_state (B,C,W), ssm_state (B,H,P,N)) as well."""
+    returns the prefill states (conv_state (B,C,W), ssm_state (B,H,P,N)) as well.
+    u (B,T,K) | None: implicit injection (spec §2.1), added to in_proj(x) before the split."""
     E, H, C, K, N, P = split_sizes(c)
     Bsz, T, _ = x.shape
     W = c["d_conv"]
     zx = x @ w["in_proj.weight"].t()
+    if u is not None:
+        zx = zx + u
     z, xBC_pre, dtraw = torch.split(zx, [E, C, H], dim=-1)
     xBC = F.silu(causal_conv(xBC_pre, w["conv1d.weight"][:, 0, :], w["conv1d.bias"]))
     xs, Bm, Cm = torch.split(xBC, [E, N, N], dim=-1)
@@ -116,12 +120,16 @@ def mixer_fwd(w, x, c, acts=None):
     return out, conv_state, S
 
 
-def mixer_step(w, x, conv_state, ssm_state, c):
+def mixer_step(w, x, conv_state, ssm_state, c, u=None):
     """One token of spec §1.4's step. x (B,D) normalised, conv_state (B,C,W), ssm_state (B,H,P,N)
-    -> out (B,D), new conv_state, new ssm_state. Independent of mixer_fwd's code paths."""
+    -> out (B,D), new conv_state, new ssm_state. Independent of mixer_fwd's code paths.
+    u (B,K) | None: implicit injection of this token, added before the split (so it reaches the
+    conv state). The inputs are never modified: the caller decides whether to commit the new states."""
     E, H, C, K, N, P = split_sizes(c)
     Bsz = x.shape[0]
     zx = x @ w["in_proj.weight"].t()
+    if u is not None:
+        zx = zx + u
     z, xBC, dtraw = torch.split(zx, [E, C, H], dim=-1)
     cs = torch.cat([conv_state[:, :, 1:], xBC[:, :, None]], dim=2)
     xBC = F.silu((cs * w["conv1d.weight"][:, 0, :]).sum(-1) + w["conv1d.bias"])

@@ -1,0 +1,330 @@
+/* fp.c: the fixed-point seam (fp.h, STYLE §8.4): Picard (torchdeq fixed_point_iter, spec
+ * implicit-lm §3.1), the reference's evaluation loop (§3.2), the IFT adjoint solve (§5.4) and the
+ * power-iteration spectral radius (§5.5). Anderson acceleration is in anderson.c.
+ *
+ * The solvers see a map only through FpMap: n floats split into nb equal samples. All iterate
+ * arithmetic is float; every norm is accumulated in double. A solve allocates nothing: its buffers
+ * are carved from the caller's scratch (fp_scratch_floats). Per-sample work is one thread per
+ * sample, so results are bit-identical at any thread count.
+ * Out of scope: gradients through the iterations (phantom / unrolled steps are the model's own
+ * cached forwards), Broyden.
+ */
+#include "fp.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "fp_impl.h"
+
+void fp_opts_default(FpOpts *o) {
+    memset(o, 0, sizeof *o);
+    o->solver = FP_PICARD;
+    o->max_iter = 40;
+    o->tol = 1e-3;
+    o->stop = FP_STOP_ABS;
+    o->tau = 1.0f;
+    o->anderson_m = 6;
+    o->anderson_lambda = 1e-4;
+    o->anderson_beta = 1.0;
+    o->ema_alpha = 0.0;
+}
+
+size_t fp_track_floats(int nb) { return 4 * (size_t)nb; }
+
+size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb) {
+    CHECK(o && nb >= 1, "fp_scratch_floats: NULL options or nb=%d", nb);
+    switch (o->solver) {
+    case FP_PICARD: return 2 * n + fp_track_floats(nb);
+    case FP_ANDERSON:
+        CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
+              "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
+        return 2 * (size_t)o->anderson_m * n + fp_track_floats(nb);
+    case FP_EVALLOOP: return o->ema_alpha > 0 ? 2 * n : n;
+    }
+    CHECK(0, "fp_scratch_floats: unknown solver %d", (int)o->solver);
+    return 0;
+}
+
+int fp_nonfinite(int iter) {
+    return err_set(IM_ENUM, "fixed-point solve: f produced NaN/inf at iteration %d", iter);
+}
+
+/* ---- per-sample residual bookkeeping (torchdeq update_state) ------------------------------ */
+
+void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem) {
+    t->nb = m->nb;
+    t->d = m->n / (size_t)m->nb;
+    t->stop = stop;
+    t->low_abs = mem;
+    t->low_rel = mem + m->nb;
+    t->step_abs = mem + 2 * (size_t)m->nb;
+    t->step_rel = mem + 3 * (size_t)m->nb;
+    for (int b = 0; b < m->nb; b++) {
+        /* torchdeq init_solver_info: init_loss 1e8, step 0 */
+        t->low_abs[b] = t->low_rel[b] = 1e8f;
+        t->step_abs[b] = t->step_rel[b] = 0.0f;
+    }
+}
+
+double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step) {
+    double worst = 0.0;
+    int bad = 0;
+    size_t d = t->d;
+#pragma omp parallel for schedule(static) reduction(max : worst) reduction(| : bad) \
+    if ((size_t)t->nb * d >= FP_PAR_MIN_FLOATS && t->nb > 1)
+    for (int b = 0; b < t->nb; b++) {
+        const float *fb = fx + (size_t)b * d, *xb = x + (size_t)b * d;
+        double ss_d = 0.0, ss_f = 0.0;
+        for (size_t i = 0; i < d; i++) {
+            double df = (double)fb[i] - (double)xb[i];
+            ss_d += df * df;
+            ss_f += (double)fb[i] * (double)fb[i];
+        }
+        double res_abs = sqrt(ss_d), res_rel = res_abs / (sqrt(ss_f) + 1e-9);
+        if (!isfinite(res_abs) || !isfinite(res_rel)) {
+            bad = 1;
+            continue;
+        }
+        double res = t->stop == FP_STOP_REL ? res_rel : res_abs;
+        if (res > worst) worst = res;
+        /* each mode keeps its own lowest and step; only the stop mode picks the returned value */
+        int lower_abs = res_abs < (double)t->low_abs[b], lower_rel = res_rel < (double)t->low_rel[b];
+        if (lower_abs) {
+            t->low_abs[b] = (float)res_abs;
+            t->step_abs[b] = (float)step;
+        }
+        if (lower_rel) {
+            t->low_rel[b] = (float)res_rel;
+            t->step_rel[b] = (float)step;
+        }
+        if (t->stop == FP_STOP_REL ? lower_rel : lower_abs)
+            memcpy(best + (size_t)b * d, fb, d * sizeof(float));
+    }
+    return bad ? NAN : worst;
+}
+
+void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
+    if (!st) return;
+    const float *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
+    const float *step = t->stop == FP_STOP_REL ? t->step_rel : t->step_abs;
+    double sa = 0.0, sr = 0.0, ss = 0.0;
+    for (int b = 0; b < t->nb; b++) {
+        sa += t->low_abs[b];
+        sr += t->low_rel[b];
+        ss += step[b];
+        if (st->sample_res) st->sample_res[b] = low[b];
+        if (st->sample_step) st->sample_step[b] = (int)step[b];
+    }
+    st->iters = iters;
+    st->converged = converged;
+    st->abs_res = sa / t->nb;
+    st->rel_res = sr / t->nb;
+    st->best_step = ss / t->nb;
+}
+
+/* ---- Picard: torchdeq fixed_point_iter ------------------------------------------------------ */
+
+static int picard(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    size_t n = m->n;
+    float *x = scratch, *fx = scratch + n;
+    FpTrack t;
+    fp_track_init(&t, m, o->stop, scratch + 2 * n);
+    /* z doubles as torchdeq's lowest_xest: it starts as z0 and takes f-outputs sample by sample */
+    memcpy(x, z, n * sizeof(float));
+    int iters = 0, converged = 0;
+    for (int k = 1; k <= o->max_iter; k++) {
+        m->f(m->ctx, fx, x);
+        if (o->tau != 1.0f) {
+            /* fx = tau * func(x) + (1 - tau) * x */
+            for (size_t i = 0; i < n; i++) fx[i] = o->tau * fx[i] + (1.0f - o->tau) * x[i];
+        }
+        double worst = fp_track_update(&t, z, fx, x, k);
+        if (isnan(worst)) {
+            memcpy(z, x, n * sizeof(float));
+            fp_track_stats(&t, st, iters, 0);
+            return fp_nonfinite(k);
+        }
+        iters = k;
+        if (worst < o->tol) {   /* every sample below tol (torchdeq: trace[-1].max() < tol) */
+            converged = 1;
+            break;
+        }
+        float *tmp = x;         /* x = fx */
+        x = fx;
+        fx = tmp;
+    }
+    fp_track_stats(&t, st, iters, converged);
+    return IM_OK;
+}
+
+/* ---- the reference's evaluation loop (spec §3.2) --------------------------------------------- */
+
+/* Sums of one evaluation-loop step over one sample's d floats, before anything is overwritten:
+ * num = ‖zn − z‖² (EMA: ‖m' − m‖²), den = ‖z‖² (EMA: ‖m‖²). z, zn, ema: (d); ema may be NULL. */
+static void evalloop_sums(const float *z, const float *zn, const float *ema, float a, size_t d,
+                          double *num, double *den) {
+    double sn = 0.0, sd = 0.0;
+    for (size_t i = 0; i < d; i++) {
+        double diff, old;
+        if (ema) {
+            float mp = (1.0f - a) * ema[i] + a * zn[i];   /* the m' the update below will store */
+            diff = (double)mp - (double)ema[i];
+            old = ema[i];
+        } else {
+            diff = (double)zn[i] - (double)z[i];
+            old = z[i];
+        }
+        sn += diff * diff;
+        sd += old * old;
+    }
+    *num = sn;
+    *den = sd;
+}
+
+static int evalloop(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    size_t n = m->n, d = n / (size_t)m->nb;
+    int nb = m->nb;
+    float *zn = scratch, *ema = o->ema_alpha > 0 ? scratch + n : NULL;
+    float a = (float)o->ema_alpha, tau = o->tau;
+    if (ema) memcpy(ema, z, n * sizeof(float));
+    if (st && st->sample_step)
+        for (int b = 0; b < nb; b++) st->sample_step[b] = 0;
+    double r = INFINITY, num_all = INFINITY;
+    int count = 0, converged = 0;
+    for (count = 0; count <= o->max_iter - 2; count++) {
+        m->f(m->ctx, zn, z);
+        double num_b, den_b;
+        num_all = 0.0;
+        double den_all = 0.0;
+        /* one sample at a time so the per-sample ratios come for free; the global sums add the
+         * per-sample partials in sample order */
+        for (int b = 0; b < nb; b++) {
+            size_t off = (size_t)b * d;
+            evalloop_sums(z + off, zn + off, ema ? ema + off : NULL, a, d, &num_b, &den_b);
+            num_all += num_b;
+            den_all += den_b;
+            double rb = sqrt(num_b) / (1e-6 + sqrt(den_b));
+            if (st && st->sample_res) st->sample_res[b] = (float)rb;
+            if (st && st->sample_step && st->sample_step[b] == 0 && rb < o->tol)
+                st->sample_step[b] = count + 1;
+        }
+        if (!isfinite(num_all)) {
+            /* z (and the EMA) still hold the last finite iterate */
+            if (ema) memcpy(z, ema, n * sizeof(float));
+            if (st) {
+                st->iters = count + 1;
+                st->converged = 0;
+            }
+            return fp_nonfinite(count + 1);
+        }
+        r = sqrt(num_all) / (1e-6 + sqrt(den_all));
+        if (ema)
+            for (size_t i = 0; i < n; i++) ema[i] = (1.0f - a) * ema[i] + a * zn[i];
+        for (size_t i = 0; i < n; i++) z[i] = (1.0f - tau) * z[i] + tau * zn[i];
+        if (r < o->tol) {
+            converged = 1;
+            break;
+        }
+    }
+    if (count > o->max_iter - 2) count = o->max_iter - 2;  /* the loop ran out: last count */
+    if (ema) memcpy(z, ema, n * sizeof(float));
+    if (st) {
+        st->iters = count + 1;
+        st->converged = converged;
+        st->abs_res = sqrt(num_all);
+        st->rel_res = r;
+        st->best_step = count + 1;
+        if (st->sample_step)
+            for (int b = 0; b < nb; b++)
+                if (st->sample_step[b] == 0) st->sample_step[b] = count + 1;
+    }
+    return IM_OK;
+}
+
+/* ---- entry points ---------------------------------------------------------------------------- */
+
+static void check_map(const FpMap *m) {
+    CHECK(m && m->f, "fixed-point map without f");
+    CHECK(m->nb >= 1 && m->n > 0 && m->n % (size_t)m->nb == 0,
+          "fixed-point map: n=%zu not divisible into nb=%d samples", m->n, m->nb);
+}
+
+/* Runtime check of the options that come from a config. */
+static int check_opts(const FpOpts *o) {
+    if (o->solver == FP_ANDERSON)
+        CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
+              "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
+    if (o->solver == FP_EVALLOOP && o->max_iter < 2)
+        return err_set(IM_EINVAL, "evaluation loop needs max_iter >= 2 (got %d)", o->max_iter);
+    if (o->max_iter < 1) return err_set(IM_EINVAL, "fixed-point solve: max_iter %d < 1", o->max_iter);
+    if (!(o->tol >= 0)) return err_set(IM_EINVAL, "fixed-point solve: tol %g < 0", o->tol);
+    if (!(o->tau > 0 && o->tau <= 1))
+        return err_set(IM_EINVAL, "fixed-point solve: tau %g outside (0, 1]", (double)o->tau);
+    if (!(o->ema_alpha >= 0 && o->ema_alpha <= 1))
+        return err_set(IM_EINVAL, "fixed-point solve: ema_alpha %g outside [0, 1]", o->ema_alpha);
+    if (!(o->anderson_lambda >= 0) || !isfinite(o->anderson_beta))
+        return err_set(IM_EINVAL, "Anderson: lambda %g < 0 or beta %g not finite",
+                       o->anderson_lambda, o->anderson_beta);
+    return IM_OK;
+}
+
+int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    check_map(m);
+    CHECK(z && o && scratch, "fp_solve: NULL z, options or scratch");
+    int rc = check_opts(o);
+    if (rc) return rc;
+    switch (o->solver) {
+    case FP_PICARD: return picard(m, z, o, st, scratch);
+    case FP_ANDERSON: return fp_anderson(m, z, o, st, scratch);
+    case FP_EVALLOOP: return evalloop(m, z, o, st, scratch);
+    }
+    return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);
+}
+
+/* The adjoint map h(y) = g + y·J, built on the model's vjp_z. */
+typedef struct {
+    const FpMap *m;
+    const float *g;  /* (n) */
+} AdjCtx;
+
+static void adjoint_f(void *ctx, float *out, const float *y) {
+    const AdjCtx *a = ctx;
+    memcpy(out, a->g, a->m->n * sizeof(float));
+    a->m->vjp_z(a->m->ctx, out, y);   /* accumulates y·J onto g */
+}
+
+int fp_adjoint(const FpMap *m, float *y, const float *g, const FpOpts *o, FpStats *st, float *scratch) {
+    check_map(m);
+    CHECK(m->vjp_z && y && g && o, "fp_adjoint: the map has no vjp_z, or a NULL buffer");
+    if (o->solver == FP_EVALLOOP)
+        return err_set(IM_EINVAL, "fp_adjoint: the evaluation loop is not an adjoint solver");
+    AdjCtx a = {m, g};
+    FpMap h = {&a, m->n, m->nb, adjoint_f, NULL};
+    memset(y, 0, m->n * sizeof(float));   /* torchdeq backward: start from 0, so h(0) = g */
+    int rc = fp_solve(&h, y, o, st, scratch);
+    return rc ? err_wrap(rc, "IFT adjoint") : IM_OK;
+}
+
+double fp_spectral_radius(const FpMap *m, float *v, int iters, float *scratch) {
+    check_map(m);
+    CHECK(m->vjp_z && v && scratch && iters >= 1, "fp_spectral_radius: no vjp_z, NULL buffer or iters < 1");
+    size_t n = m->n;
+    double nv = 0.0;
+    for (size_t i = 0; i < n; i++) nv += (double)v[i] * (double)v[i];
+    nv = sqrt(nv);
+    CHECK(nv > 0 && isfinite(nv), "fp_spectral_radius: start vector is zero or not finite");
+    for (size_t i = 0; i < n; i++) v[i] = (float)(v[i] / nv);
+    double est = 0.0;
+    for (int it = 0; it < iters; it++) {
+        memset(scratch, 0, n * sizeof(float));
+        m->vjp_z(m->ctx, scratch, v);   /* u = Jᵀ v with ‖v‖ = 1, so ‖u‖ is the ratio */
+        double nu = 0.0;
+        for (size_t i = 0; i < n; i++) nu += (double)scratch[i] * (double)scratch[i];
+        est = sqrt(nu);
+        if (!isfinite(est)) return NAN;
+        if (est == 0.0) return 0.0;   /* v is in the null space: J^T v = 0 */
+        for (size_t i = 0; i < n; i++) v[i] = (float)(scratch[i] / est);
+    }
+    return est;
+}

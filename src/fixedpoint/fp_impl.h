@@ -1,0 +1,47 @@
+/* fp_impl.h: internals shared by the solvers in fp.c and anderson.c (not a public header).
+ *
+ * FpTrack is torchdeq's per-sample bookkeeping (solver/utils.py update_state): for each sample and
+ * each stop mode the lowest residual seen and the step that gave it, and in the caller's `best`
+ * buffer the f-output of the stop mode's lowest step. It lives in 4·nb floats of the solver
+ * scratch (steps are small integers, exact in a float).
+ */
+#ifndef IMPLICIT_FP_IMPL_H
+#define IMPLICIT_FP_IMPL_H
+
+#include <stddef.h>
+
+#include "fp.h"
+
+/* Per-sample loops run in parallel (one sample per thread, so sums never depend on the thread
+ * count) only when the batch is big enough to pay for the fork. */
+#define FP_PAR_MIN_FLOATS 32768
+
+typedef struct {
+    int nb;          /* samples */
+    size_t d;        /* floats per sample */
+    FpStop stop;
+    float *low_abs;  /* (nb) lowest absolute residual so far (1e8 before the first step) */
+    float *low_rel;  /* (nb) lowest relative residual so far */
+    float *step_abs; /* (nb) step of low_abs (0 = none yet) */
+    float *step_rel; /* (nb) step of low_rel */
+} FpTrack;
+
+/* Floats fp_track_init carves. */
+size_t fp_track_floats(int nb);
+/* Set up the tracker for map m in mem:(fp_track_floats(m->nb)). */
+void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem);
+/* One step: residuals of fx against x per sample; where the stop-mode residual is a new lowest,
+ * copy fx_b into best_b. Returns max_b of the stop-mode residual, or NAN if any residual is not
+ * finite (best is then partly updated, and the caller discards it). best, fx, x: (n). */
+double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step);
+/* Fill st (may be NULL) from the tracker. */
+void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged);
+
+/* err_set(IM_ENUM, ...) with the message every solver uses for a non-finite f. */
+int fp_nonfinite(int iter);
+
+/* The Anderson solver (anderson.c): same contract as fp_solve for o->solver == FP_ANDERSON,
+ * options already validated. */
+int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+
+#endif

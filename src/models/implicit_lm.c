@@ -1,0 +1,623 @@
+/* implicit_lm.c: implicit Mamba2 and implicit Llama LMs ("Implicit Language Models are RNNs",
+ * spec implicit-lm §2-§6).
+ *
+ *   u  = Linear_inj(RMSNorm_inj(Emb(ids)))           injected into every layer, every iteration
+ *   f(z, u) = norm_f(Block_n(… Block_1(z, u) …, u))  the same blocks as the explicit models
+ *   z* = f(z*, u), z0 = 0;  logits = z* · Embᵀ       (norm_f is inside f: no further norm)
+ *
+ * Training (model->training): the unrolled warm-up (§5.2, while train_step < pretrain_steps),
+ * else a gradient-free solve (fp_solve, torchdeq semantics, undamped: §12-B7) followed by `grad`
+ * differentiable relaxed steps (phantom gradient, §5.1), or with `ift` one cached f call whose
+ * backward solves the adjoint fixed point (§5.4). Evaluation: the reference's damped loop (§3.2)
+ * plus one final f call. model_step: sequential mode (§4): per token the same loop with every
+ * layer's cache read-only, then one committing call, so memory does not depend on iterations.
+ *
+ * Weight norm (§6): every backbone Linear / Conv1d weight is stored as (weight_g, weight_v); the
+ * effective weights live in a separate block with the explicit models' layout, refreshed once
+ * per forward; its gradient is mapped back to g and v once per backward. Out of scope here:
+ * Jacobian regularisation, noise injection (§7).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../fixedpoint/fp.h"
+#include "../kernels/kernels.h"
+#include "../layers/block.h"
+#include "../layers/head.h"
+#include "../layers/rmsnorm.h"
+#include "block_params.h"
+#include "lm_common.h"
+
+enum { MODE_PHANTOM, MODE_UNROLLED, MODE_IFT, MODE_EVAL };
+
+/* One effective tensor and where it comes from in θ. */
+typedef struct {
+    size_t eff;        /* offset in the effective block */
+    size_t g, v;       /* θ offsets: weight-normalised (g may be SIZE_MAX: no_scale), or copy from v */
+    int rows, cols;
+    int wn;
+} EffMap;
+
+typedef struct {
+    BlockCfg bc;
+    int L, D, K;
+    ParamTable eff_tab;   /* names/shapes of the effective tensors (explicit layout) */
+    EffMap *map;
+    int n_map, cap_map;
+    float *eff, *deff;    /* (eff_tab.total) */
+    BlockW *w, *dw;       /* (L) into eff / deff */
+    size_t o_inj_w, o_inj_b, o_inj_norm, o_norm_f;   /* effective offsets */
+    /* activations */
+    Arena acts;
+    LmEnds ends;
+    float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path */
+    float *zs;            /* (S_max+1, B,T,D) */
+    float *fout, *hbuf;   /* (B,T,D), (2, B,T,D) */
+    float *fcache;        /* (S_max, fcache_per) */
+    size_t fcache_per, block_cache_per;
+    float *scratch, *dz, *dz2, *dh, *dh2;
+    float *solver_scratch;
+    float *masks;         /* (L, B, mask floats) | NULL */
+    size_t mask_per;
+    int S_max, S, mode;
+    float taus[256];
+    float *cur_cache;     /* linearisation point of vjp (IFT) */
+    /* step state */
+    Arena st;
+    float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep;
+} ImplicitLm;
+
+static float *eff_at(ImplicitLm *im, size_t off) { return im->eff + off; }
+
+/* ---- parameter tables ----------------------------------------------------------------------- */
+typedef struct {
+    Model *m;
+    ImplicitLm *im;
+    int layer;   /* -1: top-level names */
+} Emit;
+
+/* Add one tensor: to the effective table under its plain name, and to θ either as it is or as a
+ * weight-norm pair (decay = 1 marks Linear/Conv weights, spec §6). Returns the effective offset. */
+static size_t emit(Emit *e, const char *suffix, InitRule init, float a, float b, int decay, int nd, int d0,
+                   int d1, int d2) {
+    char name[PARAM_NAME_LEN];
+    if (e->layer >= 0) snprintf(name, sizeof name, "backbone.layers.%d.%s", e->layer, suffix);
+    else snprintf(name, sizeof name, "%s", suffix);
+    ImplicitLm *im = e->im;
+    ParamTable *t = &e->m->tab;
+    const ModelCfg *c = &e->m->cfg;
+    size_t eo = nd == 1 ? ptab_add(&im->eff_tab, name, init, a, b, decay, 1, d0)
+                : nd == 2 ? ptab_add(&im->eff_tab, name, init, a, b, decay, 2, d0, d1)
+                          : ptab_add(&im->eff_tab, name, init, a, b, decay, 3, d0, d1, d2);
+    if (im->n_map == im->cap_map) {
+        im->cap_map = im->cap_map ? 2 * im->cap_map : 64;
+        im->map = realloc(im->map, (size_t)im->cap_map * sizeof *im->map);
+        CHECK(im->map, "out of memory");
+    }
+    EffMap *mp = &im->map[im->n_map++];
+    memset(mp, 0, sizeof *mp);
+    mp->eff = eo;
+    mp->rows = d0;
+    mp->cols = nd == 1 ? 1 : nd == 2 ? d1 : d1 * d2;
+    mp->wn = decay && c->weight_norm;
+    if (!mp->wn) {
+        mp->v = nd == 1 ? ptab_add(t, name, init, a, b, decay, 1, d0)
+                : nd == 2 ? ptab_add(t, name, init, a, b, decay, 2, d0, d1)
+                          : ptab_add(t, name, init, a, b, decay, 3, d0, d1, d2);
+        return eo;
+    }
+    /* torch's weight_norm(dim=0) names: g has the weight's rank with 1s after dim 0 */
+    char gname[PARAM_NAME_LEN + 8], vname[PARAM_NAME_LEN + 8];
+    snprintf(gname, sizeof gname, "%s_g", name);
+    snprintf(vname, sizeof vname, "%s_v", name);
+    mp->g = SIZE_MAX;
+    if (!c->norm_no_scale)
+        mp->g = nd == 2 ? ptab_add(t, gname, INIT_ONE, 0, 0, decay, 2, d0, 1) : ptab_add(t, gname, INIT_ONE, 0, 0, decay, 3, d0, 1, 1);
+    mp->v = nd == 2 ? ptab_add(t, vname, init, a, b, decay, 2, d0, d1) : ptab_add(t, vname, init, a, b, decay, 3, d0, d1, d2);
+    return eo;
+}
+
+static void add_layer(Model *m, ImplicitLm *im, int i, BlockW *off) {
+    const BlockCfg *bc = &im->bc;
+    Emit e = {m, im, i};
+    int D = bc->D, Hm = bc->mlp.h, n_res = bc->mlp.kind == MLP_NONE ? 1 : 2;
+    /* the reference loses the GPT-2 rescale in implicit models (spec §12-B1): -1 reproduces that */
+    float out_scale = m->cfg.rescale_out_proj == 1 ? 1.0f / sqrtf((float)(n_res * m->cfg.n_layer)) : 1.0f;
+#define ADD(member, suffix, init, a, b, decay, nd, d0, d1, d2) \
+    off->member = (float *)(uintptr_t)emit(&e, suffix, init, a, b, decay, nd, d0, d1, d2);
+    off->norm_w = (float *)(uintptr_t)emit(&e, "norm.weight", INIT_ONE, 0, 0, 0, 1, D, 0, 0);
+    if (bc->mixer == MIXER_MAMBA2) {
+        int K = bc->mamba2.K, C = bc->mamba2.C, W = bc->mamba2.W, H = bc->mamba2.H, E = bc->mamba2.E;
+        MAMBA2_MIXER_PARAMS(ADD)
+    } else {
+        ATTN_MIXER_PARAMS(ADD)
+    }
+    if (bc->mlp.kind != MLP_NONE) off->norm2_w = (float *)(uintptr_t)emit(&e, "norm2.weight", INIT_ONE, 0, 0, 0, 1, D, 0, 0);
+    if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(ADD) }
+    if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(ADD) }
+#undef ADD
+}
+
+static void bind_layer(BlockW *w, const BlockW *off, float *base, const BlockCfg *bc) {
+#define BIND(member, ...) w->member = base + (size_t)(uintptr_t)off->member;
+    memset(w, 0, sizeof *w);
+    w->norm_w = base + (size_t)(uintptr_t)off->norm_w;
+    if (bc->mixer == MIXER_MAMBA2) { MAMBA2_MIXER_PARAMS(BIND) } else { ATTN_MIXER_PARAMS(BIND) }
+    if (bc->mlp.kind != MLP_NONE) w->norm2_w = base + (size_t)(uintptr_t)off->norm2_w;
+    if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(BIND) }
+    if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(BIND) }
+#undef BIND
+}
+
+static int build(Model *m, int is_attn) {
+    const ModelCfg *c = &m->cfg;
+    ImplicitLm *im = xcalloc(1, sizeof *im);
+    m->impl = im;
+    ptab_init(&im->eff_tab);
+    MlpKind mk = c->d_inner <= 0 ? MLP_NONE : !strcmp(c->mlp_type, "gated") ? MLP_GATED
+                 : !strcmp(c->mlp_type, "swiglu") ? MLP_SWIGLU : is_attn ? MLP_SWIGLU : MLP_GATED;
+    if (is_attn) {
+        AttnCfg ac;
+        attn_cfg_init(&ac, c->d_model, c->n_head, (float)c->rope_theta, c->max_seq_len);
+        block_cfg_attn(&im->bc, &ac, mk, c->d_inner, (float)c->norm_eps);
+    } else {
+        Mamba2Cfg mc;
+        mamba2_cfg_init(&mc, c->d_model, c->expand, c->d_state, c->headdim, c->d_conv, (float)c->norm_eps);
+        block_cfg_mamba2(&im->bc, &mc, mk, c->d_inner, (float)c->norm_eps);
+    }
+    im->L = c->n_layer;
+    im->D = c->d_model;
+    im->K = block_u_dim(&im->bc);
+    int D = im->D, K = im->K;
+    ptab_add(&m->tab, EMB_NAME, INIT_NORMAL, (float)c->emb_init_std, 0, 0, 2, m->V, D);
+    Emit top = {m, im, -1};
+    im->o_inj_norm = emit(&top, "backbone.injection_norm.weight", INIT_ONE, 0, 0, 0, 1, D, 0, 0);
+    im->o_inj_w = emit(&top, "backbone.injection.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 0, 1, 2, K, D, 0);
+    im->o_inj_b = emit(&top, "backbone.injection.bias", INIT_ZERO, 0, 0, 0, 1, K, 0, 0);
+    BlockW *off = xcalloc((size_t)im->L, sizeof *off);
+    for (int i = 0; i < im->L; i++) add_layer(m, im, i, &off[i]);
+    im->o_norm_f = emit(&top, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, D, 0, 0);
+    im->eff = xcalloc(im->eff_tab.total + 16, sizeof(float));
+    im->deff = xcalloc(im->eff_tab.total + 16, sizeof(float));
+    im->w = xcalloc((size_t)im->L, sizeof *im->w);
+    im->dw = xcalloc((size_t)im->L, sizeof *im->dw);
+    for (int i = 0; i < im->L; i++) {
+        bind_layer(&im->w[i], &off[i], im->eff, &im->bc);
+        bind_layer(&im->dw[i], &off[i], im->deff, &im->bc);
+    }
+    free(off);
+    im->S_max = c->grad > c->pretrain_iter ? c->grad : c->pretrain_iter;
+    return IM_OK;
+}
+
+static int build_mamba2(Model *m) { return build(m, 0); }
+static int build_llama(Model *m) { return build(m, 1); }
+
+/* g = ‖v_row‖ so that the effective weight equals v at init (spec §6). */
+static void post_init(Model *m) {
+    ImplicitLm *im = m->impl;
+    for (int i = 0; i < im->n_map; i++) {
+        const EffMap *mp = &im->map[i];
+        if (!mp->wn || mp->g == SIZE_MAX) continue;
+        for (int r = 0; r < mp->rows; r++) {
+            const float *v = m->params + mp->v + (size_t)r * mp->cols;
+            double s = 0;
+            for (int j = 0; j < mp->cols; j++) s += (double)v[j] * v[j];
+            m->params[mp->g + r] = (float)sqrt(s);
+        }
+    }
+}
+
+/* Effective weights from θ: once per forward (spec §2.4). */
+static void refresh(Model *m) {
+    ImplicitLm *im = m->impl;
+    float target = (float)m->cfg.norm_target_norm, clip = (float)m->cfg.norm_clip_value;
+    for (int i = 0; i < im->n_map; i++) {
+        const EffMap *mp = &im->map[i];
+        if (mp->wn)
+            k_weightnorm_fwd(im->eff + mp->eff, mp->g == SIZE_MAX ? NULL : m->params + mp->g, m->params + mp->v,
+                             mp->rows, mp->cols, target, clip);
+        else
+            memcpy(im->eff + mp->eff, m->params + mp->v, (size_t)mp->rows * mp->cols * sizeof(float));
+    }
+}
+
+/* dθ += the effective gradients mapped through weight norm. */
+static void map_back(Model *m) {
+    ImplicitLm *im = m->impl;
+    float target = (float)m->cfg.norm_target_norm, clip = (float)m->cfg.norm_clip_value;
+    for (int i = 0; i < im->n_map; i++) {
+        const EffMap *mp = &im->map[i];
+        size_t n = (size_t)mp->rows * mp->cols;
+        if (mp->wn)
+            k_weightnorm_bwd(mp->g == SIZE_MAX ? NULL : m->grads + mp->g, m->grads + mp->v, im->deff + mp->eff,
+                             mp->g == SIZE_MAX ? NULL : m->params + mp->g, m->params + mp->v, mp->rows, mp->cols,
+                             target, clip);
+        else
+            k_axpby(m->grads + mp->v, 1.0f, im->deff + mp->eff, 1.0f, n);
+    }
+}
+
+/* ---- memory ----------------------------------------------------------------------------------- */
+static size_t mask_floats(const BlockCfg *bc, int B) {
+    size_t n = (size_t)B * bc->D;
+    if (bc->mlp.kind == MLP_GATED) n += (size_t)B * (bc->mlp.h + bc->D);
+    return n;
+}
+
+static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
+    fp_opts_default(o);
+    o->anderson_m = c->anderson_m;
+    o->anderson_lambda = c->anderson_lambda;
+    if (which == 0) {          /* training forward: torchdeq semantics, undamped (§12-B7) */
+        o->solver = !strcmp(c->f_solver, "anderson") ? FP_ANDERSON : FP_PICARD;
+        o->max_iter = c->f_max_iter;
+        o->tol = c->f_tol;
+        o->stop = !strcmp(c->f_stop_mode, "abs") ? FP_STOP_ABS : FP_STOP_REL;
+        o->tau = 1.0f;
+    } else if (which == 1) {   /* evaluation loop (§3.2) */
+        o->solver = FP_EVALLOOP;
+        o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
+        o->tol = c->f_tol;
+        o->tau = (float)c->tau;
+        o->ema_alpha = c->ema_alpha;
+    } else {                   /* adjoint (§5.4) */
+        o->solver = !strcmp(c->b_solver, "anderson") ? FP_ANDERSON : FP_PICARD;
+        o->max_iter = c->b_max_iter;
+        o->tol = c->b_tol;
+        o->stop = !strcmp(c->b_stop_mode, "abs") ? FP_STOP_ABS : FP_STOP_REL;
+        o->tau = 1.0f;
+    }
+}
+
+static size_t solver_floats(const ModelCfg *c, size_t n, int nb) {
+    size_t best = 0;
+    for (int k = 0; k < 3; k++) {
+        FpOpts o;
+        solver_opts(c, k, &o);
+        if (o.max_iter < 1) o.max_iter = 1;
+        size_t s = fp_scratch_floats(&o, n, nb);
+        if (s > best) best = s;
+    }
+    return best;
+}
+
+static void carve(Model *m, Arena *a, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t M = (size_t)B * T, MD = M * im->D;
+    lm_ends_carve(&im->ends, a, m, B, T);
+    im->xn_inj = arena_floats(a, MD);
+    im->rstd_inj = arena_floats(a, M);
+    im->u = arena_floats(a, M * im->K);
+    im->du = arena_floats(a, M * im->K);
+    im->dxn = arena_floats(a, MD);
+    im->zs = arena_floats(a, (size_t)(im->S_max + 1) * MD);
+    im->fout = arena_floats(a, MD);
+    im->hbuf = arena_floats(a, 2 * MD);
+    im->block_cache_per = block_cache_floats(&im->bc, B, T);
+    /* per f call: each layer's input and block cache, then norm_f's input and rstd */
+    im->fcache_per = (size_t)im->L * (MD + im->block_cache_per) + MD + M;
+    im->fcache = arena_floats(a, (size_t)im->S_max * im->fcache_per);
+    im->scratch = arena_floats(a, block_scratch_floats(&im->bc, B, T));
+    im->dz = arena_floats(a, MD);
+    im->dz2 = arena_floats(a, MD);
+    im->dh = arena_floats(a, MD);
+    im->dh2 = arena_floats(a, MD);
+    im->solver_scratch = arena_floats(a, solver_floats(&m->cfg, MD, B));
+    im->mask_per = mask_floats(&im->bc, B);
+    im->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
+}
+
+static int plan(Model *m, int B, int T) {
+    ImplicitLm *im = m->impl;
+    if (im->bc.mixer == MIXER_ATTN && T > m->cfg.max_seq_len)
+        return err_set(IM_EINVAL, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
+    int rc = lm_arena_plan(&im->acts, m, B, T, carve);
+    m->act_bytes = im->acts.cap;
+    return rc;
+}
+
+/* ---- f and its backward ---------------------------------------------------------------------- */
+typedef struct {
+    Model *m;
+    int B, T;
+} FCtx;
+
+static BlockMasks layer_masks(const ImplicitLm *im, int l, int B) {
+    BlockMasks bm = {0};
+    if (!im->masks) return bm;
+    float *p = im->masks + (size_t)l * im->mask_per;
+    bm.mixer = im->bc.mixer == MIXER_MAMBA2 ? p : NULL;
+    if (im->bc.mlp.kind == MLP_GATED) {
+        bm.mlp_h = p + (size_t)B * im->bc.D;
+        bm.mlp_o = p + (size_t)B * (im->bc.D + im->bc.mlp.h);
+    }
+    return bm;
+}
+
+/* z_out = f(z, u). cache = one f-call slot (NULL: gradient-free). */
+static void f_fwd(Model *m, float *z_out, const float *z, float *cache, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t M = (size_t)B * T, MD = M * im->D;
+    const float *cur = z;
+    for (int l = 0; l < im->L; l++) {
+        BlockMasks bm = layer_masks(im, l, B);
+        float *out;
+        if (cache) {
+            float *zin = cache + (size_t)l * (MD + im->block_cache_per);
+            if (l == 0) memcpy(zin, z, MD * sizeof(float));
+            out = l + 1 < im->L ? cache + (size_t)(l + 1) * (MD + im->block_cache_per) : cache + (size_t)im->L * (MD + im->block_cache_per);
+            block_fwd(&im->bc, &im->w[l], out, zin, im->u, &bm, zin + MD, im->scratch, NULL, B, T);
+        } else {
+            out = im->hbuf + (size_t)(l % 2) * MD;
+            block_fwd(&im->bc, &im->w[l], out, cur, im->u, &bm, NULL, im->scratch, NULL, B, T);
+        }
+        cur = out;
+    }
+    float *rstd = cache ? cache + (size_t)im->L * (MD + im->block_cache_per) + MD : im->ends.rstd_f;
+    rmsnorm_fwd(z_out, rstd, cur, eff_at(im, im->o_norm_f), (int)M, im->D, (float)m->cfg.norm_eps);
+}
+
+/* dz_in += dz_out · ∂f/∂z at the cached call; with params, also dθ_eff += … and du += …. */
+static void f_bwd(Model *m, float *dz_in, const float *dz_out, const float *cache, int params, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t M = (size_t)B * T, MD = M * im->D;
+    const float *hL = cache + (size_t)im->L * (MD + im->block_cache_per);
+    float *dh = im->dh, *dprev = im->dh2;
+    memset(dh, 0, MD * sizeof(float));
+    rmsnorm_bwd(dh, params ? im->deff + im->o_norm_f : NULL, dz_out, hL, eff_at(im, im->o_norm_f), hL + MD, (int)M, im->D);
+    for (int l = im->L - 1; l >= 0; l--) {
+        const float *zin = cache + (size_t)l * (MD + im->block_cache_per);
+        BlockMasks bm = layer_masks(im, l, B);
+        float *target = l == 0 ? dz_in : dprev;
+        if (l > 0) memset(dprev, 0, MD * sizeof(float));
+        block_bwd(&im->bc, &im->w[l], params ? &im->dw[l] : NULL, target, params ? im->du : NULL, dh, zin, im->u, &bm,
+                  zin + MD, im->scratch, B, T);
+        if (l > 0) { float *t = dh; dh = dprev; dprev = t; }
+    }
+}
+
+static void map_f(void *ctx, float *z_out, const float *z) {
+    FCtx *c = ctx;
+    f_fwd(c->m, z_out, z, NULL, c->B, c->T);
+}
+
+static void map_vjp(void *ctx, float *dz, const float *g) {
+    FCtx *c = ctx;
+    ImplicitLm *im = c->m->impl;
+    f_bwd(c->m, dz, g, im->cur_cache, 0, c->B, c->T);
+}
+
+/* ---- forward / backward ------------------------------------------------------------------------ */
+/* ids → x0 (embedding, dropout) → u = Linear_inj(RMSNorm_inj(x0)). */
+static void inject(Model *m, const int *ids, int B, int T) {
+    ImplicitLm *im = m->impl;
+    int M = B * T;
+    lm_embed_fwd(m, &im->ends, ids, B, T);
+    rmsnorm_fwd(im->xn_inj, im->rstd_inj, im->ends.x0, eff_at(im, im->o_inj_norm), M, im->D, (float)m->cfg.norm_eps);
+    k_linear_fwd(im->u, im->xn_inj, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), M, im->D, im->K);
+}
+
+static void sample_masks(Model *m) {
+    ImplicitLm *im = m->impl;
+    if (!im->masks) return;
+    size_t n = (size_t)im->L * im->mask_per;
+    /* one mask per forward, shared by every iteration and phantom step (spec §1.7) */
+    if (m->training) lm_dropout_mask(&m->rng, im->masks, n, (float)m->cfg.backbone_dropout);
+    else for (size_t i = 0; i < n; i++) im->masks[i] = 1.0f;
+}
+
+/* S differentiable steps from zs[0]: zs[i+1] = (1−τ_i) zs[i] + τ_i f(zs[i]). */
+static void grad_steps(Model *m, int S, float tau0, float tau, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t MD = (size_t)B * T * im->D;
+    im->S = S;
+    for (int i = 0; i < S; i++) {
+        float ti = i == 0 ? tau0 : tau;
+        im->taus[i] = ti;
+        f_fwd(m, im->fout, im->zs + (size_t)i * MD, im->fcache + (size_t)i * im->fcache_per, B, T);
+        float *next = im->zs + (size_t)(i + 1) * MD;
+        memcpy(next, im->zs + (size_t)i * MD, MD * sizeof(float));
+        k_axpby(next, ti, im->fout, 1.0f - ti, MD);
+    }
+}
+
+static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
+    ImplicitLm *im = m->impl;
+    const ModelCfg *c = &m->cfg;
+    size_t MD = (size_t)B * T * im->D;
+    refresh(m);
+    sample_masks(m);
+    inject(m, ids, B, T);
+    FCtx ctx = {m, B, T};
+    FpMap map = {&ctx, MD, B, map_f, map_vjp};
+    FpStats st = {0};
+    FpOpts o;
+    int rc = IM_OK;
+    memset(im->zs, 0, MD * sizeof(float));   /* z0 = 0 (spec §2.3) */
+    if (m->training && m->train_step < c->pretrain_steps) {
+        im->mode = MODE_UNROLLED;
+        m->fp_phase = "unrolled";
+        grad_steps(m, c->pretrain_iter, 1.0f, (float)c->tau, B, T);   /* z1 = f(0): undamped first call */
+        st.iters = c->pretrain_iter;
+    } else if (m->training) {
+        solver_opts(c, 0, &o);
+        if (o.max_iter > 0) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+        if (c->ift) {
+            im->mode = MODE_IFT;
+            m->fp_phase = "ift";
+            grad_steps(m, 1, 1.0f, 1.0f, B, T);
+        } else {
+            im->mode = MODE_PHANTOM;
+            m->fp_phase = "phantom";
+            grad_steps(m, c->grad, (float)c->tau, (float)c->tau, B, T);
+        }
+    } else {
+        im->mode = MODE_EVAL;
+        m->fp_phase = "eval";
+        solver_opts(c, 1, &o);
+        rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+        f_fwd(m, im->zs + MD, im->zs, NULL, B, T);   /* the final call of §3.2 */
+        im->S = 1;
+    }
+    m->fp_iters = st.iters;
+    m->fp_res = st.rel_res;
+    if (rc) return rc;
+    const float *z = im->zs + (size_t)im->S * MD;
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    m->logits = im->ends.head_cache;
+    im->ends.has_targets = targets != NULL;
+    if (!targets) {
+        head_logits(m->logits, z, E, B * T, m->V, im->D);
+        if (loss) *loss = 0;
+        return IM_OK;
+    }
+    rc = head_check_targets(targets, (size_t)B * T, c->vocab_size, IGNORE_INDEX);
+    if (rc) return err_wrap(rc, "target");
+    memcpy(im->ends.targets, targets, sizeof(int) * (size_t)B * T);
+    float l = 0;
+    rc = head_loss_fwd(&l, &im->ends.count, im->ends.head_cache, im->ends.head_scratch, z, E, im->ends.targets, B * T,
+                       m->V, im->D, IGNORE_INDEX);
+    if (loss) *loss = l;
+    return rc;
+}
+
+static void bwd(Model *m) {
+    ImplicitLm *im = m->impl;
+    int B = m->B, T = m->T, M = B * T;
+    size_t MD = (size_t)M * im->D;
+    CHECK(im->ends.has_targets && im->mode != MODE_EVAL, "model_bwd needs a training forward with targets");
+    memset(im->deff, 0, im->eff_tab.total * sizeof(float));
+    memset(im->du, 0, (size_t)M * im->K * sizeof(float));
+    memset(im->dz, 0, MD * sizeof(float));
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    head_loss_bwd(im->dz, model_tensor(m, m->grads, EMB_NAME), 1.0f, im->ends.head_cache, im->ends.head_scratch,
+                  im->zs + (size_t)im->S * MD, E, im->ends.targets, M, m->V, im->D, IGNORE_INDEX);
+    if (im->mode == MODE_IFT) {
+        /* y = g + y·J at z*, then the parameter gradient of one f call with y (spec §5.4) */
+        FCtx ctx = {m, B, T};
+        FpMap map = {&ctx, MD, B, map_f, map_vjp};
+        FpOpts o;
+        FpStats st = {0};
+        solver_opts(&m->cfg, 2, &o);
+        im->cur_cache = im->fcache;
+        if (fp_adjoint(&map, im->dz2, im->dz, &o, &st, im->solver_scratch))
+            memcpy(im->dz2, im->dz, MD * sizeof(float));   /* NaN: fall back to the JFB gradient */
+        f_bwd(m, NULL, im->dz2, im->fcache, 1, B, T);
+    } else {
+        /* back through the S relaxed steps; z at step 0 is detached except in unrolled mode,
+         * where it is the constant 0 anyway */
+        for (int i = im->S - 1; i >= 0; i--) {
+            float ti = im->taus[i];
+            k_axpby(im->dz2, ti, im->dz, 0.0f, MD);          /* dz2 = τ dz: gradient at f's output */
+            k_axpby(im->dz, 0.0f, im->dz, 1.0f - ti, MD);    /* dz = (1−τ) dz: the skip path */
+            f_bwd(m, i > 0 ? im->dz : NULL, im->dz2, im->fcache + (size_t)i * im->fcache_per, 1, B, T);
+        }
+    }
+    /* injection: u = Linear_inj(RMSNorm_inj(x0)) */
+    memset(im->dxn, 0, MD * sizeof(float));
+    k_linear_bwd(im->dxn, im->deff + im->o_inj_w, im->deff + im->o_inj_b, im->du, im->xn_inj, eff_at(im, im->o_inj_w), M,
+                 im->D, im->K);
+    memset(im->dz, 0, MD * sizeof(float));
+    rmsnorm_bwd(im->dz, im->deff + im->o_inj_norm, im->dxn, im->ends.x0, eff_at(im, im->o_inj_norm), im->rstd_inj, M,
+                im->D);
+    lm_embed_bwd(m, &im->ends, im->dz, B, T);
+    map_back(m);
+}
+
+/* ---- sequential mode (spec §4) ---------------------------------------------------------------- */
+typedef struct {
+    Model *m;
+    int commit;
+} StepCtx;
+
+static void carve_state(Model *m, Arena *a, int B, int T) {
+    (void)T;
+    ImplicitLm *im = m->impl;
+    size_t BD = (size_t)B * im->D;
+    im->state = arena_floats(a, (size_t)im->L * block_state_floats(&im->bc, B));
+    im->step_scratch = arena_floats(a, block_step_scratch_floats(&im->bc, B));
+    im->zt = arena_floats(a, BD);
+    im->zt_out = arena_floats(a, BD);
+    im->hstep = arena_floats(a, BD);
+    im->ut = arena_floats(a, (size_t)B * im->K);
+    im->x0t = arena_floats(a, BD);
+    im->xnt = arena_floats(a, BD);
+    im->rstdt = arena_floats(a, (size_t)B);
+    FpOpts o;
+    solver_opts(&m->cfg, 1, &o);
+    im->step_solver = arena_floats(a, fp_scratch_floats(&o, BD, B));
+}
+
+static int state_init(Model *m, int B) {
+    ImplicitLm *im = m->impl;
+    int rc = lm_arena_plan(&im->st, m, B, 1, carve_state);
+    if (rc) return rc;
+    memset(im->state, 0, (size_t)im->L * block_state_floats(&im->bc, B) * sizeof(float));
+    refresh(m);   /* weights are fixed during generation: one refresh per sequence */
+    return IM_OK;
+}
+
+/* f_t(z): every layer steps from the cached state of tokens < t; commits only when asked. */
+static void step_f(void *ctx, float *z_out, const float *z) {
+    StepCtx *c = ctx;
+    Model *m = c->m;
+    ImplicitLm *im = m->impl;
+    int B = m->step_B;
+    size_t per = block_state_floats(&im->bc, B);
+    const float *cur = z;
+    for (int l = 0; l < im->L; l++) {
+        block_step(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->state + (size_t)l * per, m->pos, c->commit,
+                   im->step_scratch, B);
+        cur = im->hstep;
+    }
+    rmsnorm_fwd(z_out, im->rstdt, im->hstep, eff_at(im, im->o_norm_f), B, im->D, (float)m->cfg.norm_eps);
+}
+
+static int step(Model *m, const int *ids, float *logits) {
+    ImplicitLm *im = m->impl;
+    int B = m->step_B, D = im->D;
+    if (im->bc.mixer == MIXER_ATTN && m->pos >= m->cfg.max_seq_len)
+        return err_set(IM_EINVAL, "position %d reaches max_seq_len %d (the KV cache is full)", m->pos, m->cfg.max_seq_len);
+    const float *E = model_tensor(m, m->params, EMB_NAME);
+    for (int b = 0; b < B; b++) memcpy(im->x0t + (size_t)b * D, E + (size_t)ids[b] * D, (size_t)D * sizeof(float));
+    rmsnorm_fwd(im->xnt, im->rstdt, im->x0t, eff_at(im, im->o_inj_norm), B, D, (float)m->cfg.norm_eps);
+    k_linear_fwd(im->ut, im->xnt, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), B, D, im->K);
+    StepCtx ctx = {m, 0};
+    FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
+    FpOpts o;
+    FpStats st = {0};
+    solver_opts(&m->cfg, 1, &o);
+    memset(im->zt, 0, (size_t)B * D * sizeof(float));
+    int rc = fp_solve(&map, im->zt, &o, &st, im->step_solver);
+    ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
+    step_f(&ctx, im->zt_out, im->zt);
+    head_logits(logits, im->zt_out, E, B, m->V, D);
+    m->fp_iters = st.iters;
+    m->fp_res = st.rel_res;
+    m->fp_phase = "sequential";
+    return rc;
+}
+
+static void free_impl(Model *m) {
+    ImplicitLm *im = m->impl;
+    if (!im) return;
+    arena_free(&im->acts);
+    arena_free(&im->st);
+    ptab_free(&im->eff_tab);
+    free(im->map);
+    free(im->eff);
+    free(im->deff);
+    free(im->w);
+    free(im->dw);
+    free(im);
+    m->impl = NULL;
+}
+
+const ModelType model_implicit_mamba2 = {"implicit_mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
+                                         post_init};
+const ModelType model_implicit_llama = {"implicit_llama", build_llama, plan, fwd, bwd, state_init, step, free_impl,
+                                        post_init};
