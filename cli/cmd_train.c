@@ -155,6 +155,9 @@ static int write_eval_json(const char *path, const char *ckpt, const EvalRow *ro
         json_buf_kv_num(&b, "tok_acc", rows[i].tok_acc);
         json_buf_kv_num(&b, "last10_acc", rows[i].last10_acc);
         json_buf_kv_num(&b, "seq_acc", rows[i].seq_acc);
+        json_buf_kv_str(&b, "mode", eval_mode_name(rows[i].mode));
+        if (rows[i].max_iter > 0) json_buf_kv_int(&b, "max_iter", rows[i].max_iter), json_buf_kv_num(&b, "iters", rows[i].iters);
+        if (rows[i].agree >= 0) json_buf_kv_num(&b, "agree", rows[i].agree);
         json_buf_end_obj(&b);
     }
     json_buf_end_arr(&b);
@@ -170,7 +173,10 @@ int cmd_eval(int argc, char **argv) {
         TaskCfg t;
         task_cfg_defaults(&t);
         printf("usage: implicit eval CKPT [--task-key value ...] [--samples N] [--batch N] [--threads N] [--json OUT]\n"
-               "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n\n"
+               "                         [--mode simultaneous|sequential|both] [--max_iters 1,2,4,8,16,0]\n"
+               "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n"
+               "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
+               "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n\n"
                "task keys:\n");
         keytab_print(&task_keytab, &t, stdout);
         return argc < 1 ? 1 : 0;
@@ -187,7 +193,7 @@ int cmd_eval(int argc, char **argv) {
         free(stored);
         if (rc) { model_free(&m); return fail(NULL); }
     }
-    int samples = -1, batch = 64;
+    int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0};
     const char *json_out = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
@@ -197,6 +203,26 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "batch")) batch = atoi(v);
         else if (!strcmp(k, "threads")) k_set_threads(atoi(v));
         else if (!strcmp(k, "json")) json_out = v;
+        else if (!strcmp(k, "mode")) {
+            if ((mode = eval_mode_parse(v)) < 0) {
+                model_free(&m);
+                err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", v);
+                return fail(NULL);
+            }
+        } else if (!strcmp(k, "max_iters")) {
+            /* test-time compute: one evaluation per iteration cap (0 = the checkpoint's own) */
+            n_caps = 0;
+            for (const char *q = v; *q && n_caps < 32; q++) {
+                caps[n_caps++] = atoi(q);
+                while (*q && *q != ',') q++;
+                if (!*q) break;
+            }
+            if (strncmp(m.cfg.model, "implicit_", 9)) {
+                model_free(&m);
+                err_set(IM_EINVAL, "--max_iters applies to implicit models only (this is '%s')", m.cfg.model);
+                return fail(NULL);
+            }
+        }
         else {
             int rc = keytab_set(&task_keytab, &tc, k, v);
             if (rc == KEY_NOT_MINE) rc = err_set(IM_EINVAL, "unknown option '--%s'", k);
@@ -217,12 +243,16 @@ int cmd_eval(int argc, char **argv) {
     const int *lens;
     const float *ps;
     int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0, rc = 0;
-    EvalRow *rows = calloc((size_t)nl * np, sizeof *rows);
-    for (int i = 0; i < nl && !rc; i++)
-        for (int j = 0; j < np && !rc; j++) {
-            rc = eval_run(&m, task, lens[i], ps[j], tc.eval_samples, batch, &rows[n]);
-            if (!rc) n++;
-        }
+    EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
+    int own_cap = m.cfg.eval_f_max_iter;
+    for (int c = 0; c < n_caps && !rc; c++) {
+        m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
+        for (int i = 0; i < nl && !rc; i++)
+            for (int j = 0; j < np && !rc; j++) {
+                rc = eval_run(&m, task, lens[i], ps[j], tc.eval_samples, batch, mode, &rows[n]);
+                if (!rc) n++;
+            }
+    }
     if (!rc) {
         printf("%s: %s, task %s on %s\n", argv[0], m.type->name, tc.task, tc.group);
         eval_print_table(rows, n, stdout);

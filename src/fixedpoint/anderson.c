@@ -113,7 +113,7 @@ int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *s
         double worst = fp_track_update(&t, z, fs, xs, k + 1);
         if (isnan(worst)) {
             memcpy(z, xs, n * sizeof(float));
-            fp_track_stats(&t, st, iters, 0);
+            fp_track_stats(&t, st, k + 1, 0);
             return fp_nonfinite(k + 1);
         }
         iters = k + 1;

@@ -68,6 +68,8 @@ void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem) {
 }
 
 double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step) {
+    /* worst: the batch's largest stop-mode residual, the quantity the stop rule compares with tol
+     * (torchdeq: trace_dict[stop_mode][-1].max()) */
     double worst = 0.0;
     int bad = 0;
     size_t d = t->d;
@@ -81,6 +83,8 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
             ss_d += df * df;
             ss_f += (double)fb[i] * (double)fb[i];
         }
+        /* abs = ‖fx_b − x_b‖₂, rel = abs / (‖fx_b‖₂ + 1e-9), both in double. A NaN or inf anywhere
+         * in fx_b shows up here, so this is also the solvers' NaN check, at no extra pass. */
         double res_abs = sqrt(ss_d), res_rel = res_abs / (sqrt(ss_f) + 1e-9);
         if (!isfinite(res_abs) || !isfinite(res_rel)) {
             bad = 1;
@@ -89,6 +93,7 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
         double res = t->stop == FP_STOP_REL ? res_rel : res_abs;
         if (res > worst) worst = res;
         /* each mode keeps its own lowest and step; only the stop mode picks the returned value */
+        /* strict <, as torchdeq: on a tie the earlier step is kept */
         int lower_abs = res_abs < (double)t->low_abs[b], lower_rel = res_rel < (double)t->low_rel[b];
         if (lower_abs) {
             t->low_abs[b] = (float)res_abs;
@@ -108,6 +113,7 @@ void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
     if (!st) return;
     const float *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
     const float *step = t->stop == FP_STOP_REL ? t->step_rel : t->step_abs;
+    /* the logged means (spec §3.1): abs diff, rel diff, steps = mean argmin step, not iterations */
     double sa = 0.0, sr = 0.0, ss = 0.0;
     for (int b = 0; b < t->nb; b++) {
         sa += t->low_abs[b];
@@ -141,8 +147,9 @@ static int picard(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float 
         }
         double worst = fp_track_update(&t, z, fx, x, k);
         if (isnan(worst)) {
+            /* best may hold a mix of this step's samples: hand back x, the last finite input */
             memcpy(z, x, n * sizeof(float));
-            fp_track_stats(&t, st, iters, 0);
+            fp_track_stats(&t, st, k, 0);
             return fp_nonfinite(k);
         }
         iters = k;
@@ -150,7 +157,7 @@ static int picard(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float 
             converged = 1;
             break;
         }
-        float *tmp = x;         /* x = fx */
+        float *tmp = x;         /* x = fx: swap the buffers instead of copying n floats */
         x = fx;
         fx = tmp;
     }
@@ -192,6 +199,8 @@ static int evalloop(const FpMap *m, float *z, const FpOpts *o, FpStats *st, floa
         for (int b = 0; b < nb; b++) st->sample_step[b] = 0;
     double r = INFINITY, num_all = INFINITY;
     int count = 0, converged = 0;
+    /* REF: for count in range(f_thres - 1). With z0 = 0 the first ratio is ‖zn‖/1e-6, so the
+     * first iteration never stops; we keep that, it is what defines `steps` in the paper. */
     for (count = 0; count <= o->max_iter - 2; count++) {
         m->f(m->ctx, zn, z);
         double num_b, den_b;
@@ -218,6 +227,8 @@ static int evalloop(const FpMap *m, float *z, const FpOpts *o, FpStats *st, floa
             }
             return fp_nonfinite(count + 1);
         }
+        /* one Frobenius ratio over the whole batch, OLD iterate (or old EMA) in the denominator;
+         * the sums were taken before the updates below so a NaN leaves z untouched */
         r = sqrt(num_all) / (1e-6 + sqrt(den_all));
         if (ema)
             for (size_t i = 0; i < n; i++) ema[i] = (1.0f - a) * ema[i] + a * zn[i];
@@ -252,6 +263,7 @@ static void check_map(const FpMap *m) {
 
 /* Runtime check of the options that come from a config. */
 static int check_opts(const FpOpts *o) {
+    /* the Anderson system lives on the stack: its size is a hard limit, not a config error */
     if (o->solver == FP_ANDERSON)
         CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
               "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
@@ -270,6 +282,7 @@ static int check_opts(const FpOpts *o) {
 }
 
 int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    /* shapes and NULLs are programmer errors; options may come from a user's config */
     check_map(m);
     CHECK(z && o && scratch, "fp_solve: NULL z, options or scratch");
     int rc = check_opts(o);
@@ -310,6 +323,8 @@ double fp_spectral_radius(const FpMap *m, float *v, int iters, float *scratch) {
     check_map(m);
     CHECK(m->vjp_z && v && scratch && iters >= 1, "fp_spectral_radius: no vjp_z, NULL buffer or iters < 1");
     size_t n = m->n;
+    /* plain power iteration with the norm ratio as estimate: it needs no eigenvector sign and
+     * gives |λ| for a negative dominant eigenvalue too (a Rayleigh quotient would give λ) */
     double nv = 0.0;
     for (size_t i = 0; i < n; i++) nv += (double)v[i] * (double)v[i];
     nv = sqrt(nv);

@@ -13,7 +13,11 @@
  *    them. A NULL gradient pointer means "not wanted" and is skipped.
  *  - Our own kernels are bit-identical at any OpenMP thread count: every reduction is done by one
  *    thread in a fixed order (BLAS calls are the exception and are tested, not assumed).
- *  - No kernel allocates, except for bounded per-call scratch documented at the kernel.
+ *  - No kernel allocates per call. Kernels that need large temporaries (GEMM packing, SSD chunk
+ *    states, attention score blocks, norm partial sums, conv taps) keep them in bounded persistent
+ *    scratch (cpu/kscratch.h): one grow-only, 64-byte aligned buffer per call site and calling
+ *    thread, sized by the largest call seen so far (documented at the kernel), reused by later calls
+ *    and held until the process exits. This avoids fresh zeroed pages (page faults) on every call.
  *  - Gradients of matmul-like ops: dW += dy^T x, so parameter gradients of a batch sum over rows.
  */
 #ifndef IMPLICIT_KERNELS_H

@@ -52,12 +52,77 @@ static float *take(float *base, size_t *off, size_t n) {
     return r;
 }
 
-/* The contiguous activations between in_proj and the scan, for M = B*T tokens. */
+/* ---- the five row blocks of in_proj ------------------------------------------------------------
+ * zx = in_proj(x) + u is K wide per token: zgate (E) | x (E) | B (N) | C (N) | dtraw (H), where
+ * x | B | C is the conv input xBC. Instead of one (M, K) GEMM whose output the kernels would need
+ * copied into contiguous arrays, the layer runs one GEMM per row block of in_proj and stores zx
+ * "blocked": block p is a contiguous (M, n_p) array at zx + M * off_p. So zgate, dtraw and the
+ * three conv groups are ready-made kernel inputs, the conv output splits into xs | Bm | Cm without
+ * copies, and the backward runs the same GEMMs on blocked gradients (no scatter into a (M, K)
+ * buffer). The depthwise conv is per channel, so running it per group changes no arithmetic. */
+enum { PZ, PX, PB, PC, PDT, NPART };
+
 typedef struct {
-    float *zg;  /* (M, E) gate zgate */
-    float *xbc; /* (M, C) pre-conv xBC (u included): conv input, and the prefill conv_state */
-    float *xc;  /* (M, C) conv output before silu (bwd only; fwd runs silu in place in xa) */
-    float *xa;  /* (M, C) silu(conv) */
+    int off[NPART]; /* first in_proj row (= column of zx) of each block */
+    int n[NPART];   /* rows of each block */
+} Parts;
+
+static Parts parts_of(const Mamba2Cfg *c) {
+    Parts p;
+    p.n[PZ] = c->E, p.n[PX] = c->E, p.n[PB] = c->N, p.n[PC] = c->N, p.n[PDT] = c->H;
+    p.off[0] = 0;
+    for (int i = 1; i < NPART; i++) p.off[i] = p.off[i - 1] + p.n[i - 1];
+    return p;
+}
+
+/* Block i of a blocked (M, K) array. */
+static float *blk(float *zx, const Parts *p, size_t M, int i) { return zx + M * (size_t)p->off[i]; }
+
+/* zx (blocked) = x @ in_proj^T + u, u:(M, K) row-major | NULL. */
+static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const float *x,
+                        const float *u, size_t M) {
+    const Parts p = parts_of(c);
+    const int D = c->D;
+    for (int i = 0; i < NPART; i++) /* block i (M, n_i) = x (M, D) @ W[off_i .. off_i + n_i]^T */
+        k_gemm(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D, 0.f,
+               blk(zx, &p, M, i), p.n[i]);
+    if (!u) return;
+    /* the injection is added to the full K-wide pre-activation: u's columns go block by block
+     * (a serial O(M K) pass next to the O(M K D) GEMMs; layers run no threads of their own) */
+    for (size_t m = 0; m < M; m++)
+        for (int i = 0; i < NPART; i++) {
+            float *dst = blk(zx, &p, M, i) + m * p.n[i];
+            const float *src = u + m * c->K + p.off[i];
+            for (int j = 0; j < p.n[i]; j++) dst[j] += src[j];
+        }
+}
+
+/* Backward of in_proj_fwd for a blocked gradient dzx: dx += sum_i dzx_i W_i, dW_i += dzx_i^T x,
+ * du += dzx (scattered back to row-major K columns). dx, dW, du may be NULL. */
+static void in_proj_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *dW, float *dx, float *du,
+                        float *dzx, const float *x, size_t M) {
+    const Parts p = parts_of(c);
+    const int D = c->D;
+    for (int i = 0; i < NPART; i++) {
+        const float *g = blk(dzx, &p, M, i);
+        size_t wo = (size_t)p.off[i] * D;
+        if (dx) k_gemm(0, 0, (int)M, D, p.n[i], 1.f, g, p.n[i], w->in_proj + wo, D, 1.f, dx, D);
+        if (dW) k_gemm(1, 0, p.n[i], D, (int)M, 1.f, g, p.n[i], x, D, 1.f, dW + wo, D);
+    }
+    if (!du) return;
+    for (size_t m = 0; m < M; m++)
+        for (int i = 0; i < NPART; i++) {
+            const float *src = blk(dzx, &p, M, i) + m * p.n[i];
+            float *dst = du + m * c->K + p.off[i];
+            for (int j = 0; j < p.n[i]; j++) dst[j] += src[j];
+        }
+}
+
+/* The activations between in_proj and the scan, for M = B*T tokens. xc and xa are blocked as
+ * the conv groups: xs (M, E) | Bm (M, N) | Cm (M, N), so xs, bm, cm point into xa. */
+typedef struct {
+    float *xc;  /* (M*C) conv output before silu (bwd only; fwd runs silu in place in xa) */
+    float *xa;  /* (M*C) silu(conv) = xs | bm | cm */
     float *xs;  /* (M, E) = (B,T,H,P) scan input */
     float *bm;  /* (M, N) */
     float *cm;  /* (M, N) */
@@ -68,33 +133,28 @@ typedef struct {
 
 static size_t front_carve(const Mamba2Cfg *c, size_t M, int separate_xc, float *base, Front *f) {
     size_t off = 0;
-    f->zg = take(base, &off, M * c->E);
-    f->xbc = take(base, &off, M * c->C);
     f->xa = take(base, &off, M * c->C);
     f->xc = separate_xc ? take(base, &off, M * c->C) : f->xa;
-    f->xs = take(base, &off, M * c->E);
-    f->bm = take(base, &off, M * c->N);
-    f->cm = take(base, &off, M * c->N);
+    f->xs = f->xa;
+    f->bm = base ? f->xa + M * c->E : NULL;
+    f->cm = base ? f->bm + M * c->N : NULL;
     f->dt = take(base, &off, M * c->H);
     f->A = take(base, &off, (size_t)c->H);
     f->yn = take(base, &off, M * c->E);
     return off;
 }
 
-/* Gradients of the backward (all (M, .) and zeroed before the accumulating kernels). */
+/* Gradients of the backward. dxa = dxs | dbm | dcm is blocked like xa; dzx like zx (its zgate
+ * block receives the gated norm's dz, its conv blocks the conv's dx, its dtraw block d(dtraw)).
+ * The accumulating kernels' outputs are zeroed right before use. */
 typedef struct {
     float *dyd;  /* (M, D) dy * drop_mask */
     float *dyn;  /* (M, E) */
     float *dys;  /* (M, E) */
-    float *dzg;  /* (M, E) */
-    float *dxs;  /* (M, E) */
-    float *dbm;  /* (M, N) */
-    float *dcm;  /* (M, N) */
+    float *dxa;  /* (M*C) dxs | dbm | dcm */
     float *ddt;  /* (M, H) */
     float *dA;   /* (H) */
-    float *dxc;  /* (M, C) gradient on the conv output (pre-silu) */
-    float *dxbc; /* (M, C) gradient on the pre-conv xBC */
-    float *dzx;  /* (M, K) */
+    float *dzx;  /* (M*K) blocked */
 } Grads;
 
 static size_t grads_carve(const Mamba2Cfg *c, size_t M, float *base, Grads *g) {
@@ -102,20 +162,15 @@ static size_t grads_carve(const Mamba2Cfg *c, size_t M, float *base, Grads *g) {
     g->dyd = take(base, &off, M * c->D);
     g->dyn = take(base, &off, M * c->E);
     g->dys = take(base, &off, M * c->E);
-    g->dzg = take(base, &off, M * c->E);
-    g->dxs = take(base, &off, M * c->E);
-    g->dbm = take(base, &off, M * c->N);
-    g->dcm = take(base, &off, M * c->N);
+    g->dxa = take(base, &off, M * c->C);
     g->ddt = take(base, &off, M * c->H);
     g->dA = take(base, &off, (size_t)c->H);
-    g->dxc = take(base, &off, M * c->C);
-    g->dxbc = take(base, &off, M * c->C);
     g->dzx = take(base, &off, M * c->K);
     return off;
 }
 
-/* The cache: zx (M,K) | ys (M,E) | rstd (M) | ssd saved. The forward without a cache puts the
- * first three in scratch (after the Front) and passes saved = NULL. */
+/* The cache: zx (M*K, blocked) | ys (M,E) | rstd (M) | ssd saved. The forward without a cache
+ * puts the first three in scratch (after the Front) and passes saved = NULL. */
 typedef struct {
     float *zx, *ys, *rstd, *saved;
 } Keep;
@@ -151,42 +206,49 @@ size_t mamba2_state_floats(const Mamba2Cfg *c, int B) {
     return (size_t)B * c->C * c->W + (size_t)B * c->H * c->P * c->N;
 }
 
-/* Everything from zx:(M,K) to the scan inputs: split, conv, silu, split, softplus, A.
+/* dt = softplus(dtraw + dt_bias) for n tokens, dtraw:(n, H); A = -exp(A_log). */
+static void dt_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *dt, float *A, const float *dtraw,
+                   size_t n) {
+    const int H = c->H;
+    for (size_t m = 0; m < n; m++)
+        for (int h = 0; h < H; h++) dt[m * H + h] = softplus(dtraw[m * H + h] + w->dt_bias[h]);
+    for (int h = 0; h < H; h++) A[h] = -expf(w->A_log[h]);
+}
+
+/* Everything from the blocked zx to the scan inputs: softplus, A, conv + silu per group.
  * When f->xc != f->xa the pre-silu conv output is kept for the backward. */
-static void front_fwd(const Mamba2Cfg *c, const Mamba2W *w, const Front *f, const float *zx,
-                      int B, int T) {
-    const int E = c->E, C = c->C, K = c->K, N = c->N, H = c->H;
+static void front_fwd(const Mamba2Cfg *c, const Mamba2W *w, const Front *f, float *zx, int B,
+                      int T) {
+    const Parts p = parts_of(c);
     const size_t M = (size_t)B * T;
-    for (size_t m = 0; m < M; m++) {
-        const float *row = zx + m * K;  /* (K) = zgate | xBC | dtraw */
-        memcpy(f->zg + m * E, row, sizeof(float) * E);
-        memcpy(f->xbc + m * C, row + E, sizeof(float) * C);
-        for (int h = 0; h < H; h++)  /* dt = softplus(dtraw + dt_bias) */
-            f->dt[m * H + h] = softplus(row[E + C + h] + w->dt_bias[h]);
+    dt_fwd(c, w, f->dt, f->A, blk(zx, &p, M, PDT), M);
+    /* xBC = silu(causalconv(xBC)), one depthwise conv per group x | B | C (conv channels
+     * [off_i - E, off_i - E + n_i)), one silu over all three */
+    for (int i = PX; i <= PC; i++) {
+        size_t ch = (size_t)(p.off[i] - c->E);
+        k_conv1d_fwd(f->xc + M * ch, blk(zx, &p, M, i), w->conv_w + ch * c->W, w->conv_b + ch, B, T,
+                     p.n[i], c->W);
     }
-    for (int h = 0; h < H; h++) f->A[h] = -expf(w->A_log[h]);
-    /* xBC = silu(causalconv(xBC)) */
-    k_conv1d_fwd(f->xc, f->xbc, w->conv_w, w->conv_b, B, T, C, c->W);
-    k_silu_fwd(f->xa, f->xc, M * C);
-    for (size_t m = 0; m < M; m++) {  /* split xs | Bm | Cm */
-        const float *row = f->xa + m * C;
-        memcpy(f->xs + m * E, row, sizeof(float) * E);
-        memcpy(f->bm + m * N, row + E, sizeof(float) * N);
-        memcpy(f->cm + m * N, row + E + N, sizeof(float) * N);
-    }
+    k_silu_fwd(f->xa, f->xc, M * c->C);
 }
 
 /* Prefill: conv_state (B,C,W) = the last W pre-conv xBC vectors, oldest first, zero-padded on
  * the left when T < W (the same window k_conv1d_step would hold after T steps). */
-static void fill_conv_state(const Mamba2Cfg *c, float *cs, const float *xbc, int B, int T) {
+static void fill_conv_state(const Mamba2Cfg *c, float *cs, float *zx, int B, int T) {
+    const Parts p = parts_of(c);
     const int C = c->C, W = c->W;
+    const size_t M = (size_t)B * T;
     for (int b = 0; b < B; b++)
-        for (int ch = 0; ch < C; ch++)
-            for (int k = 0; k < W; k++) {
-                int t = T - W + k;
-                cs[((size_t)b * C + ch) * W + k] =
-                    t >= 0 ? xbc[((size_t)b * T + t) * C + ch] : 0.f;
-            }
+        for (int i = PX; i <= PC; i++) {
+            const float *src = blk(zx, &p, M, i); /* (M, n_i) */
+            int ch0 = p.off[i] - c->E;
+            for (int j = 0; j < p.n[i]; j++)
+                for (int k = 0; k < W; k++) {
+                    int t = T - W + k;
+                    cs[((size_t)b * C + ch0 + j) * W + k] =
+                        t >= 0 ? src[((size_t)b * T + t) * p.n[i] + j] : 0.f;
+                }
+        }
 }
 
 /* y[b,t,:] *= mask[b,:]  (variational dropout: one mask per sequence, shared over time) */
@@ -212,57 +274,56 @@ void mamba2_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x, 
     if (cache) keep_carve(c, B, T, 1, cache, &k);
     else keep_carve(c, B, T, 0, scratch + off, &k);
 
-    /* zx = in_proj(x) + u */
-    k_linear_fwd(k.zx, x, w->in_proj, NULL, (int)M, c->D, c->K);
-    if (u) k_axpby(k.zx, 1.f, u, 1.f, M * c->K);
+    /* zx = in_proj(x) + u, blocked */
+    in_proj_fwd(c, w, k.zx, x, u, M);
     front_fwd(c, w, &f, k.zx, B, T);
 
     /* SSD scan with the Dskip term; hT goes straight into the prefill ssm_state. */
     float *hT = state_out ? state_out + (size_t)B * c->C * c->W : NULL;
     k_ssd_fwd(k.ys, cache ? k.saved : NULL, hT, f.xs, f.dt, f.A, f.bm, f.cm, w->Dskip, NULL, B, T,
               c->H, c->P, c->N);
-    k_gated_rmsnorm_fwd(f.yn, cache ? k.rstd : NULL, k.ys, f.zg, w->norm_w, (int)M, c->E, c->eps);
+    k_gated_rmsnorm_fwd(f.yn, cache ? k.rstd : NULL, k.ys, k.zx /* zgate block */, w->norm_w, (int)M,
+                        c->E, c->eps);
     k_linear_fwd(y, f.yn, w->out_proj, NULL, (int)M, c->E, c->D);
     if (drop_mask) apply_mask(y, y, drop_mask, B, T, c->D);
-    if (state_out) fill_conv_state(c, state_out, f.xbc, B, T);
+    if (state_out) fill_conv_state(c, state_out, k.zx, B, T);
 }
 
-/* dzx's dtraw columns: d(dtraw) = ddt * sigmoid(dtraw + dt_bias); ddt_bias sums it over tokens
- * (in double, fixed order). */
-static void dtraw_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *ddt_bias, float *dzx,
-                      const float *ddt, const float *zx, size_t M) {
-    const int K = c->K, H = c->H, off = c->E + c->C;
-    for (int h = 0; h < H; h++) {
-        double acc = 0;
-        for (size_t m = 0; m < M; m++) {
-            float g = ddt[m * H + h] * sigmoid(zx[m * K + off + h] + w->dt_bias[h]);
-            dzx[m * K + off + h] = g;
-            acc += g;
-        }
-        if (ddt_bias) ddt_bias[h] += (float)acc;
+/* The dtraw block of dzx: d(dtraw) = ddt * sigmoid(dtraw + dt_bias); ddt_bias sums it over tokens
+ * in double, token order, a few heads at a time (the same sums as one head at a time). */
+static void dtraw_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *ddt_bias, float *ddtraw,
+                      const float *ddt, const float *dtraw, size_t M) {
+    enum { HB = 64 };
+    const int H = c->H;
+    for (int h0 = 0; h0 < H; h0 += HB) {
+        int nh = H - h0 < HB ? H - h0 : HB;
+        double acc[HB] = {0};
+        for (size_t m = 0; m < M; m++)
+            for (int j = 0; j < nh; j++) {
+                size_t i = m * H + h0 + j;
+                float g = ddt[i] * sigmoid(dtraw[i] + w->dt_bias[h0 + j]);
+                ddtraw[i] = g;
+                acc[j] += g;
+            }
+        if (ddt_bias)
+            for (int j = 0; j < nh; j++) ddt_bias[h0 + j] += (float)acc[j];
     }
 }
 
-/* Gather (dxs | dbm | dcm) into the (M, C) gradient of silu's output, then back through silu and
- * the conv into dzx's xBC columns; dzg goes into the zgate columns. */
+/* dxa (blocked dxs | dbm | dcm) back through silu (into dxc, which may reuse dead memory) and the
+ * three group convs, into the conv blocks of dzx. */
 static void conv_bwd(const Mamba2Cfg *c, const Mamba2W *w, const Mamba2W *dW, const Front *f,
-                     const Grads *g, float *dxa, int B, int T) {
-    const int E = c->E, C = c->C, N = c->N, K = c->K;
+                     const Grads *g, float *dxc, const float *zx, int B, int T) {
+    const Parts p = parts_of(c);
     const size_t M = (size_t)B * T;
-    for (size_t m = 0; m < M; m++) {
-        float *row = dxa + m * C;
-        memcpy(row, g->dxs + m * E, sizeof(float) * E);
-        memcpy(row + E, g->dbm + m * N, sizeof(float) * N);
-        memcpy(row + E + N, g->dcm + m * N, sizeof(float) * N);
-    }
-    memset(g->dxc, 0, sizeof(float) * M * C);
-    k_silu_bwd(g->dxc, dxa, f->xc, M * C);
-    memset(g->dxbc, 0, sizeof(float) * M * C);
-    k_conv1d_bwd(g->dxbc, dW ? dW->conv_w : NULL, dW ? dW->conv_b : NULL, g->dxc, f->xbc,
-                 w->conv_w, B, T, C, c->W);
-    for (size_t m = 0; m < M; m++) {
-        memcpy(g->dzx + m * K, g->dzg + m * E, sizeof(float) * E);
-        memcpy(g->dzx + m * K + E, g->dxbc + m * C, sizeof(float) * C);
+    memset(dxc, 0, sizeof(float) * M * c->C);
+    k_silu_bwd(dxc, g->dxa, f->xc, M * c->C);
+    memset(g->dzx + M * c->E, 0, sizeof(float) * M * c->C); /* the x | B | C blocks */
+    for (int i = PX; i <= PC; i++) {
+        size_t ch = (size_t)(p.off[i] - c->E), o = M * (size_t)p.off[i];
+        k_conv1d_bwd(g->dzx + o, dW && dW->conv_w ? dW->conv_w + ch * c->W : NULL,
+                     dW && dW->conv_b ? dW->conv_b + ch : NULL, dxc + M * ch, zx + o,
+                     w->conv_w + ch * c->W, B, T, p.n[i], c->W);
     }
 }
 
@@ -276,6 +337,7 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
     if (!dW && !dx && !du) return;
     const size_t M = (size_t)B * T;
     const int E = c->E, D = c->D, N = c->N, H = c->H;
+    const Parts p = parts_of(c);
     Front f;
     Grads g;
     Keep k;
@@ -283,44 +345,44 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
     grads_carve(c, M, scratch + off, &g);
     keep_carve(c, B, T, 1, (float *)cache, &k); /* read-only use below */
 
-    /* Recompute the activations the cache does not hold. */
+    /* Recompute the activations the cache does not hold (yn only feeds dW of out_proj). */
     front_fwd(c, w, &f, k.zx, B, T);
-    k_gated_rmsnorm_fwd(f.yn, NULL, k.ys, f.zg, w->norm_w, (int)M, E, c->eps);
+    int want_dwo = dW && dW->out_proj;
+    if (want_dwo) k_gated_rmsnorm_fwd(f.yn, NULL, k.ys, k.zx, w->norm_w, (int)M, E, c->eps);
 
-    /* out = out_proj(yn) * mask */
+    /* out = out_proj(yn) * mask:  dyn = dy' Wout (written, no zeroing);  dWout += dy'^T yn */
     const float *dyo = dy;
     if (drop_mask) {
         apply_mask(g.dyd, dy, drop_mask, B, T, D);
         dyo = g.dyd;
     }
-    memset(g.dyn, 0, sizeof(float) * M * E);
-    k_linear_bwd(g.dyn, dW ? dW->out_proj : NULL, NULL, dyo, f.yn, w->out_proj, (int)M, E, D);
+    k_gemm(0, 0, (int)M, E, D, 1.f, dyo, D, w->out_proj, E, 0.f, g.dyn, E);
+    if (want_dwo) k_linear_bwd(NULL, dW->out_proj, NULL, dyo, f.yn, w->out_proj, (int)M, E, D);
 
-    /* yn = GatedRMSNorm(ys, zgate) */
+    /* yn = GatedRMSNorm(ys, zgate): dzgate goes straight into dzx's zgate block */
+    float *dzg = blk(g.dzx, &p, M, PZ);
     memset(g.dys, 0, sizeof(float) * M * E);
-    memset(g.dzg, 0, sizeof(float) * M * E);
-    k_gated_rmsnorm_bwd(g.dys, g.dzg, dW ? dW->norm_w : NULL, g.dyn, k.ys, f.zg, w->norm_w, k.rstd,
+    memset(dzg, 0, sizeof(float) * M * E);
+    k_gated_rmsnorm_bwd(g.dys, dzg, dW ? dW->norm_w : NULL, g.dyn, k.ys, k.zx, w->norm_w, k.rstd,
                         (int)M, E);
 
     /* ys = SSD(xs, dt, A, Bm, Cm) + Dskip xs */
-    memset(g.dxs, 0, sizeof(float) * M * E);
-    memset(g.dbm, 0, sizeof(float) * M * N);
-    memset(g.dcm, 0, sizeof(float) * M * N);
+    memset(g.dxa, 0, sizeof(float) * M * c->C);
     memset(g.ddt, 0, sizeof(float) * M * H);
     memset(g.dA, 0, sizeof(float) * H);
-    k_ssd_bwd(g.dxs, g.ddt, g.dA, g.dbm, g.dcm, dW ? dW->Dskip : NULL, NULL, g.dys, NULL, f.xs,
-              f.dt, f.A, f.bm, f.cm, w->Dskip, NULL, k.saved, B, T, H, c->P, N);
-    if (dW && dW->A_log)  /* A = -exp(A_log): dA_log = dA * A */
+    float *dxs = g.dxa, *dbm = g.dxa + M * E, *dcm = dbm + M * N;
+    k_ssd_bwd(dxs, g.ddt, g.dA, dbm, dcm, dW ? dW->Dskip : NULL, NULL, g.dys, NULL, f.xs, f.dt, f.A,
+              f.bm, f.cm, w->Dskip, NULL, k.saved, B, T, H, c->P, N);
+    if (dW && dW->A_log) /* A = -exp(A_log): dA_log = dA * A */
         for (int h = 0; h < H; h++) dW->A_log[h] += g.dA[h] * f.A[h];
 
-    /* dt = softplus(dtraw + dt_bias); xBC = silu(conv(xBC)); zgate: assemble dzx (M, K). */
-    dtraw_bwd(c, w, dW ? dW->dt_bias : NULL, g.dzx, g.ddt, k.zx, M);
-    conv_bwd(c, w, dW, &f, &g, f.xa /* dead after front_fwd: reused as dxa */, B, T);
+    /* dt = softplus(dtraw + dt_bias); xBC = silu(conv(xBC)): fill dzx's dtraw and conv blocks
+     * (xa is dead once the scan's backward has run: it holds d(conv output)) */
+    dtraw_bwd(c, w, dW ? dW->dt_bias : NULL, blk(g.dzx, &p, M, PDT), g.ddt, blk(k.zx, &p, M, PDT), M);
+    conv_bwd(c, w, dW, &f, &g, f.xa, k.zx, B, T);
 
     /* zx = in_proj(x) + u */
-    if (du) k_axpby(du, 1.f, g.dzx, 1.f, M * c->K);
-    if (dx || (dW && dW->in_proj))
-        k_linear_bwd(dx, dW ? dW->in_proj : NULL, NULL, g.dzx, x, w->in_proj, (int)M, D, c->K);
+    in_proj_bwd(c, w, dW ? dW->in_proj : NULL, dx, du, g.dzx, x, M);
 }
 
 /* ---- single-token step ------------------------------------------------------------------ */

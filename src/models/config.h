@@ -54,6 +54,9 @@
     X(INT, eval_f_max_iter, 0, "eval max iterations if > 0 (overrides eval_factor)")              \
     X(INT, pretrain_steps, 0, "unrolled warm-up: training forwards with full backprop")           \
     X(INT, pretrain_iter, 4, "f calls of the unrolled warm-up")                                    \
+    X(INT, bounded_steps, 0, "after the warm-up, steps of the bounded phase (paper's 4+1)")       \
+    X(INT, bounded_f_max_iter, 4, "bounded phase: solver iterations")                              \
+    X(INT, bounded_grad, 1, "bounded phase: phantom steps")                                        \
     X(INT, weight_norm, 1, "weight-normalise every backbone Linear/Conv1d (spec 6)")               \
     X(INT, norm_no_scale, 0, "weight norm without learned gain (W = target * v/|v|)")              \
     X(FLOAT, norm_target_norm, 1.0, "weight-norm target when norm_no_scale")                       \

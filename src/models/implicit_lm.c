@@ -190,6 +190,7 @@ static int build(Model *m, int is_attn) {
     }
     free(off);
     im->S_max = c->grad > c->pretrain_iter ? c->grad : c->pretrain_iter;
+    if (c->bounded_steps > 0 && c->bounded_grad > im->S_max) im->S_max = c->bounded_grad;
     return IM_OK;
 }
 
@@ -444,7 +445,10 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
         grad_steps(m, c->pretrain_iter, 1.0f, (float)c->tau, B, T);   /* z1 = f(0): undamped first call */
         st.iters = c->pretrain_iter;
     } else if (m->training) {
+        /* the paper's curriculum: a bounded phase ("4+1") before the free one ("32+4"), §5.3 */
+        int bounded = m->train_step < c->pretrain_steps + c->bounded_steps;
         solver_opts(c, 0, &o);
+        if (bounded) o.max_iter = c->bounded_f_max_iter;
         if (o.max_iter > 0) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
         if (c->ift) {
             im->mode = MODE_IFT;
@@ -452,14 +456,15 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
             grad_steps(m, 1, 1.0f, 1.0f, B, T);
         } else {
             im->mode = MODE_PHANTOM;
-            m->fp_phase = "phantom";
-            grad_steps(m, c->grad, (float)c->tau, (float)c->tau, B, T);
+            m->fp_phase = bounded ? "phantom (bounded)" : "phantom";
+            grad_steps(m, bounded ? c->bounded_grad : c->grad, (float)c->tau, (float)c->tau, B, T);
         }
     } else {
         im->mode = MODE_EVAL;
         m->fp_phase = "eval";
         solver_opts(c, 1, &o);
-        rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+        /* a cap of 1 (test-time compute sweeps) is the final call alone */
+        if (o.max_iter >= 2) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
         f_fwd(m, im->zs + MD, im->zs, NULL, B, T);   /* the final call of §3.2 */
         im->S = 1;
     }
@@ -592,7 +597,7 @@ static int step(Model *m, const int *ids, float *logits) {
     FpStats st = {0};
     solver_opts(&m->cfg, 1, &o);
     memset(im->zt, 0, (size_t)B * D * sizeof(float));
-    int rc = fp_solve(&map, im->zt, &o, &st, im->step_solver);
+    int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
     ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
     step_f(&ctx, im->zt_out, im->zt);
     head_logits(logits, im->zt_out, E, B, m->V, D);

@@ -7,42 +7,102 @@
 
 #include "../core/check.h"
 #include "../core/timer.h"
+#include "../kernels/kernels.h"
 
-int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, EvalRow *out) {
+int eval_mode_parse(const char *s) {
+    if (!strcmp(s, "simultaneous")) return EVAL_SIMULTANEOUS;
+    if (!strcmp(s, "sequential")) return EVAL_SEQUENTIAL;
+    if (!strcmp(s, "both")) return EVAL_BOTH;
+    return -1;
+}
+
+const char *eval_mode_name(int mode) {
+    return mode == EVAL_SEQUENTIAL ? "sequential" : mode == EVAL_BOTH ? "both" : "simultaneous";
+}
+
+/* Token by token: logits (B,T,V) through model_step; returns the mean iterations per token. */
+static int run_sequential(Model *m, const int *ids, int B, int T, float *logits, int *col, double *iters) {
+    int rc = model_state_init(m, B);
+    double it = 0;
+    for (int t = 0; t < T && !rc; t++) {
+        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
+        float *lg = logits + (size_t)B * T * m->V;   /* spare row block after the (B,T,V) logits */
+        rc = model_step(m, col, lg);
+        it += m->fp_iters;
+        for (int b = 0; b < B; b++) memcpy(logits + ((size_t)b * T + t) * m->V, lg + (size_t)b * m->V, sizeof(float) * m->V);
+    }
+    *iters = it / T;
+    return rc;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out) {
     memset(out, 0, sizeof *out);
     out->len = len;
+    out->mode = mode;
+    out->agree = -1;
     out->p = task_is_ios(t) ? -1.0f : p;
     out->samples = samples;
+    out->max_iter = m->cfg.eval_f_max_iter > 0 ? m->cfg.eval_f_max_iter : (int)(m->cfg.f_max_iter * m->cfg.eval_factor);
+    if (strncmp(m->cfg.model, "implicit_", 9)) out->max_iter = 0;
     if (len < 1) return err_set(IM_EINVAL, "evaluation length %d must be >= 1", len);
     if (samples < 1 || batch < 1) return err_set(IM_EINVAL, "evaluation needs samples >= 1 and batch >= 1");
-    int T = task_seq_len(t, len);
+    int T = task_seq_len(t, len), V = m->V;
+    size_t nl = (size_t)batch * T * V + (size_t)batch * V;
     int *ids = malloc(sizeof(int) * (size_t)batch * T), *tg = malloc(sizeof(int) * (size_t)batch * T);
-    if (!ids || !tg) { free(ids); free(tg); return err_set(IM_ENOMEM, "eval buffers"); }
+    int *col = malloc(sizeof(int) * (size_t)batch), *amax = malloc(sizeof(int) * (size_t)batch * T);
+    float *lg = mode != EVAL_SIMULTANEOUS ? malloc(sizeof(float) * nl) : NULL;
+    float *losses = malloc(sizeof(float) * (size_t)batch * T);
+    if (!ids || !tg || !col || !amax || !losses || (mode != EVAL_SIMULTANEOUS && !lg)) {
+        free(ids); free(tg); free(col); free(amax); free(lg); free(losses);
+        return err_set(IM_ENOMEM, "eval buffers");
+    }
     int was_training = m->training, rc = IM_OK;
     m->training = 0;
     TaskScore s = {0};
-    double loss_sum = 0, loss_n = 0, t0 = timer_now();
+    double loss_sum = 0, loss_n = 0, iters = 0, agree = 0, agree_n = 0, t0 = timer_now();
+    int nbatch = 0;
     for (int i = 0; i < samples && !rc; i += batch) {
         int B = samples - i < batch ? samples - i : batch;
         task_eval_batch(t, len, p, (uint64_t)i, B, ids, tg);
-        float loss = 0;
-        rc = model_fwd(m, ids, tg, B, T, &loss);
-        if (rc) break;
-        /* weight the batch mean by its scored positions so the total is a per-position mean */
-        double n = 0;
-        for (int j = 0; j < B * T; j++) n += tg[j] != IGNORE_INDEX;
-        loss_sum += (double)loss * n;
-        loss_n += n;
-        task_score(&s, m->logits, task_vocab(t), m->V, tg, B, T);
+        const float *logits = NULL;
+        double it = 0;
+        if (mode != EVAL_SEQUENTIAL) {
+            if ((rc = model_fwd(m, ids, NULL, B, T, NULL))) break;
+            logits = m->logits;
+            it = m->fp_iters;
+            if (mode == EVAL_BOTH)
+                for (int j = 0; j < B * T; j++) amax[j] = argmax(m->logits + (size_t)j * V, task_vocab(t));
+        }
+        if (mode != EVAL_SIMULTANEOUS) {
+            if ((rc = run_sequential(m, ids, B, T, lg, col, &it))) break;
+            logits = lg;
+            if (mode == EVAL_BOTH)
+                for (int j = 0; j < B * T; j++, agree_n++) agree += amax[j] == argmax(lg + (size_t)j * V, task_vocab(t));
+        }
+        iters += it;
+        nbatch++;
+        /* the loss over scored positions, as a per-position mean over the whole eval set */
+        k_xent_fwd(losses, logits, tg, B * T, V, IGNORE_INDEX);
+        for (int j = 0; j < B * T; j++)
+            if (tg[j] != IGNORE_INDEX) loss_sum += losses[j], loss_n++;
+        task_score(&s, logits, task_vocab(t), V, tg, B, T);
     }
     m->training = was_training;
-    free(ids);
-    free(tg);
+    free(ids); free(tg); free(col); free(amax); free(lg); free(losses);
     if (rc) return rc;
     out->loss = loss_n > 0 ? loss_sum / loss_n : 0;
     out->tok_acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
     out->last10_acc = s.last10_n > 0 ? s.last10_ok / s.last10_n : 0;
     out->seq_acc = s.seq_n > 0 ? s.seq_ok / s.seq_n : 0;
+    out->iters = nbatch ? iters / nbatch : 0;
+    out->agree = agree_n > 0 ? agree / agree_n : -1;
     out->seconds = timer_now() - t0;
     return IM_OK;
 }
@@ -58,14 +118,21 @@ int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_i
 }
 
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {
-    fprintf(f, "| length |    p | samples |   loss | tok acc | last10 acc | seq acc |\n");
-    fprintf(f, "|-------:|-----:|--------:|-------:|--------:|-----------:|--------:|\n");
+    int implicit = 0, both = 0;
+    for (int i = 0; i < n; i++) implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0;
+    fprintf(f, "| length |    p | mode         | samples |   loss | tok acc | last10 acc | seq acc |%s%s\n",
+            implicit ? " max it | iters |" : "", both ? " agree |" : "");
+    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|--------:|-----------:|--------:|%s%s\n",
+            implicit ? "-------:|------:|" : "", both ? "------:|" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char p[16];
         if (r->p < 0) snprintf(p, sizeof p, "  -");
         else snprintf(p, sizeof p, "%.2f", r->p);
-        fprintf(f, "| %6d | %4s | %7d | %6.4f | %6.2f%% | %9.2f%% | %6.2f%% |\n", r->len, p, r->samples, r->loss,
-                100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
+        fprintf(f, "| %6d | %4s | %-12s | %7d | %6.4f | %6.2f%% | %9.2f%% | %6.2f%% |", r->len, p, eval_mode_name(r->mode),
+                r->samples, r->loss, 100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
+        if (implicit) fprintf(f, " %6d | %5.1f |", r->max_iter, r->iters);
+        if (both) fprintf(f, " %4.1f%% |", r->agree >= 0 ? 100 * r->agree : 0.0);
+        fputc('\n', f);
     }
 }

@@ -26,6 +26,7 @@
     X(INT, log_every, 10, "steps between log lines / JSONL records")                                   \
     X(INT, eval_every, 200, "steps between evaluations (0 = only at the end)")                         \
     X(INT, eval_batch, 64, "sequences per evaluation batch")                                           \
+    X(STR, eval_mode, "simultaneous", "simultaneous | sequential | both (sequential + duality agreement)") \
     X(INT, ckpt_every, 500, "steps between checkpoints (0 = only at the end)")                         \
     X(STR, best_metric, "seq_acc", "metric that selects best.safetensors: seq_acc | tok_acc | last10_acc | loss") \
     X(STR, on_nan, "stop", "stop | skip: what a NaN/inf loss or exploding gradient does")              \

@@ -53,6 +53,7 @@ int train_cfg_validate(const TrainCfg *c) {
     double v;
     int hib;
     if (eval_metric(&r, c->best_metric, &v, &hib)) return err_wrap(IM_EINVAL, "train key 'best_metric'");
+    if (eval_mode_parse(c->eval_mode) < 0) BAD("train key 'eval_mode': unknown '%s' (simultaneous | sequential | both)", c->eval_mode);
     if (strcmp(c->on_nan, "stop") && strcmp(c->on_nan, "skip")) BAD("train key 'on_nan': unknown '%s' (stop | skip)", c->on_nan);
     if (!(c->explode_norm > 0)) BAD("train key 'explode_norm' must be > 0");
     if (strcmp(c->progress, "auto") && strcmp(c->progress, "bar") && strcmp(c->progress, "plain") && strcmp(c->progress, "none"))
@@ -274,6 +275,12 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_key(&b, "last10_acc"); json_buf_num(&b, r->last10_acc);
     json_buf_key(&b, "seq_acc"); json_buf_num(&b, r->seq_acc);
     json_buf_key(&b, "seconds"); json_buf_num(&b, r->seconds);
+    json_buf_key(&b, "mode"); json_buf_str(&b, eval_mode_name(r->mode));
+    if (r->max_iter > 0) {
+        json_buf_key(&b, "max_iter"); json_buf_int(&b, r->max_iter);
+        json_buf_key(&b, "iters"); json_buf_num(&b, r->iters);
+    }
+    if (r->agree >= 0) { json_buf_key(&b, "agree"); json_buf_num(&b, r->agree); }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
@@ -292,7 +299,8 @@ int trainer_eval(Trainer *t) {
     for (int i = 0; i < nl; i++)
         for (int j = 0; j < np; j++) {
             EvalRow *r = &t->last_eval[t->n_last_eval];
-            int rc = eval_run(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch, r);
+            int rc = eval_run(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch,
+                              eval_mode_parse(t->cfg.eval_mode), r);
             if (rc) return rc;
             t->n_last_eval++;
             log_eval(t, r);
@@ -323,6 +331,11 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
     json_buf_key(&b, "lr"); json_buf_num(&b, lr);
     json_buf_key(&b, "tok_s"); json_buf_num(&b, tok_s);
     json_buf_key(&b, "elapsed"); json_buf_num(&b, elapsed);
+    if (t->model.fp_phase) {
+        json_buf_key(&b, "phase"); json_buf_str(&b, t->model.fp_phase);
+        json_buf_key(&b, "fp_iters"); json_buf_num(&b, t->model.fp_iters);
+        json_buf_key(&b, "fp_rel_res"); json_buf_num(&b, t->model.fp_res);
+    }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
@@ -335,6 +348,7 @@ static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
     double loss_sum = 0;
     model_zero_grad(&t->model);
     t->model.training = 1;
+    t->model.train_step = t->step;   /* curricula count optimizer steps, not forwards (§12-B15) */
     for (int a = 0; a < A && !*rc; a++) {
         task_train_batch(t->task, (uint64_t)t->step, a * B, B, ids, tg);
         float loss = 0;
@@ -375,6 +389,13 @@ int trainer_run(Trainer *t, int stop_at) {
             t->skipped++;
             t->step++;
             continue;
+        }
+        if (t->model.fp_phase && (!t->phase || strcmp(t->phase, t->model.fp_phase))) {
+            if (t->phase) {
+                snprintf(msg, sizeof msg, "step %d: curriculum switches from %s to %s", t->step + 1, t->phase, t->model.fp_phase);
+                progress_note(&pg, msg);
+            }
+            t->phase = t->model.fp_phase;
         }
         adamw_step(&t->opt, &t->model, lr);
         t->losses[t->step] = loss;

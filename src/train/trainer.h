@@ -38,6 +38,7 @@ typedef struct {
     double last_score;    /* mean of cfg.best_metric over the latest evaluation */
     int best_step;
     int skipped;          /* steps skipped by on_nan = skip */
+    const char *phase;    /* implicit models: the current curriculum phase (logged when it changes) */
     FILE *log;            /* log.jsonl */
     EvalRow *last_eval;   /* results of the latest evaluation */
     int n_last_eval;

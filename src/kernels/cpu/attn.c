@@ -13,7 +13,7 @@
  * One thread owns each (b, head) and walks its query blocks in order, so the sums over queries in
  * dk and dv are deterministic at any thread count. Softmax exponentials use vmath.h's vexp (vectorisable,
  * about 2 ulp, NaN-preserving) instead of scalar libm expf.
- * Scratch (malloc per call): per thread 2*QB*T + 2*HD*T + QB + 32*max(T, HD) floats; the step
+ * Scratch (kscratch.h: persistent grow-only buffers): per thread 2*QB*T + 2*HD*T + QB + 32*max(T, HD) floats; the step
  * uses n_cached + 1 floats per thread.
  * Out of scope: masks other than causal, GQA, dropout on probabilities.
  */
@@ -23,6 +23,7 @@
 
 #include "../kernels.h"
 #include "../../core/check.h"
+#include "kscratch.h"
 #include "seq_mm.h"
 #include "vmath.h"
 
@@ -61,8 +62,7 @@ static void exp_inplace(float *x, int n) {
 /* cs:(T, HD/2, 2) cos and sin for positions pos0 + t; same float recipe as ref/attn.c rope_cs. */
 static float *rope_table(int T, int HD, int pos0, float theta) {
     int half = HD / 2;
-    float *cs = malloc(sizeof(float) * (2 * (size_t)T * half + 1));
-    CHECK(cs, "rope: out of memory");
+    float *cs = kscratch_floats(KS_ROPE, 2 * (size_t)T * half + 1);
     for (int i = 0; i < half; i++) {
         float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
         for (int t = 0; t < T; t++) {
@@ -98,7 +98,6 @@ static void rope_apply(float *y, const float *x, int B, int T, int NH, int HD, i
             }
         }
     }
-    free(cs);
 }
 
 void k_rope_fwd(float *y, const float *x, int B, int T, int NH, int HD, int pos0, float theta) {
@@ -196,8 +195,7 @@ void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const floa
           HD);
     Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
     size_t wsz = ws_floats(&d);
-    float *wsbuf = malloc(sizeof(float) * wsz * max_threads());
-    CHECK(wsbuf, "attn_fwd: out of memory");
+    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * max_threads());
     /* one (b, head) per item: K^T is formed once and serves every query block */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
@@ -206,7 +204,6 @@ void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const floa
         transpose_head(w.KT, k + (size_t)b * T * d.rs + (size_t)h * HD, &d);
         for (int i0 = 0; i0 < T; i0 += QB) fwd_block(&w, o, lse, q, v, &d, b, h, i0);
     }
-    free(wsbuf);
 }
 
 /* ---- attention backward --------------------------------------------------------------------- */
@@ -252,14 +249,12 @@ void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float 
     if (!dq && !dk && !dv) return;
     Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
     size_t wsz = ws_floats(&d);
-    float *wsbuf = malloc(sizeof(float) * wsz * max_threads());
-    CHECK(wsbuf, "attn_bwd: out of memory");
+    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * max_threads());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
         Ws w = ws_carve(wsbuf + wsz * thread_id(), &d);
         bwd_bh(&w, dq, dk, dv, dout, q, k, v, o, lse, &d, i / NH, i % NH);
     }
-    free(wsbuf);
 }
 
 /* ---- one-token attention against a KV cache ------------------------------------------------- */
@@ -270,8 +265,7 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
     CHECK(n_cached >= 0 && n_cached <= Tmax, "attn_step: n_cached=%d Tmax=%d", n_cached, Tmax);
     float scale = 1.0f / sqrtf((float)HD);
     size_t nsc = (size_t)n_cached + 1;
-    float *scbuf = malloc(sizeof(float) * nsc * max_threads()); /* scores of one (b, head) */
-    CHECK(scbuf, "attn_step: out of memory");
+    float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * max_threads()); /* scores of one (b, head) */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
         float *sc = scbuf + nsc * thread_id();
@@ -294,5 +288,4 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
         float inv = 1.0f / sum;
         for (int e = 0; e < HD; e++) oh[e] *= inv;
     }
-    free(scbuf);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "../../core/check.h"
+#include "kscratch.h"
 #include "vmath.h"
 
 /* Row-parallel loops go parallel above this many elements in total. */
@@ -114,11 +115,8 @@ static void add_partials(float *dw, const float *part, int nb, int C) {
     }
 }
 
-static float *norm_scratch(int nb, int C) {
-    float *p = malloc((size_t)nb * C * sizeof(float));
-    CHECK(p != NULL, "norm backward: out of memory for %d x %d partial sums", nb, C);
-    return p;
-}
+/* (nb, C) partial dw rows, in persistent kernel scratch (kscratch.h). */
+static float *norm_scratch(int nb, int C) { return kscratch_floats(KS_NORM, (size_t)nb * C); }
 
 void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
                    const float *rstd, int M, int C) {
@@ -142,7 +140,6 @@ void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const 
         }
     }
     if (dw) add_partials(dw, part, nb, C);
-    free(part);
 }
 
 /* ---- gated RMSNorm: v = x silu(z), y = v rstd(v) w ------------------------------------------- */
@@ -209,7 +206,6 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
         }
     }
     if (dw) add_partials(dw, part, nb, C);
-    free(part);
 }
 
 /* ---- softmax and cross-entropy --------------------------------------------------------------- */

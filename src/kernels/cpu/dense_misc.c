@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../core/check.h"
+#include "kscratch.h"
 #include "vmath.h"
 
 #define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
@@ -31,12 +32,6 @@ static int col_chunk(int D) {
     return cs < 16 ? 16 : cs;
 }
 
-/* Bounded per-call scratch (a few times C floats); CHECKs on out of memory. */
-static float *scratch(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    CHECK(p != NULL, "kernel scratch: out of memory (%zu floats)", n);
-    return p;
-}
 
 /* ---- embedding ------------------------------------------------------------------------------- */
 
@@ -72,7 +67,7 @@ void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D
 
 /* wt (W, C) = w (C, W) transposed, so the inner loops run along contiguous channels. */
 static float *transpose_w(const float *w, int C, int W) {
-    float *wt = scratch((size_t)W * C);
+    float *wt = kscratch_floats(KS_CONV_WT, (size_t)W * C); /* persistent, a few C floats */
     for (int c = 0; c < C; c++)
         for (int k = 0; k < W; k++) wt[(size_t)k * C + c] = w[(size_t)c * W + k];
     return wt;
@@ -95,14 +90,13 @@ void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, i
             for (int c = 0; c < C; c++) yr[c] += wk[c] * xr[c];
         }
     }
-    free(wt);
 }
 
 /* dw[c, k] += sum_{b,t} dy[b,t,c] x[b,t-W+1+k,c];  dbias[c] += sum_{b,t} dy[b,t,c]:
  * channel chunks in parallel, (b, t) in order inside a chunk. */
 static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const float *x, int B, int T,
                               int C, int W) {
-    float *acc = scratch((size_t)(W + 1) * C); /* (W, C) tap sums, then (C) bias sums */
+    float *acc = kscratch_floats(KS_CONV_ACC, (size_t)(W + 1) * C); /* (W, C) tap sums, then (C) bias sums */
     int cs = col_chunk(C), nch = (C + cs - 1) / cs;
 #pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
     for (int ch = 0; ch < nch; ch++) {
@@ -128,7 +122,6 @@ static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const fl
             if (dbias) dbias[c] += ab[c];
         }
     }
-    free(acc);
 }
 
 void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
@@ -147,7 +140,6 @@ void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const flo
                 for (int c = 0; c < C; c++) dxr[c] += wk[c] * g[c];
             }
         }
-        free(wt);
     }
     if (dw || dbias) conv1d_param_grad(dw, dbias, dy, x, B, T, C, W);
 }

@@ -20,6 +20,7 @@
  */
 #include "../kernels.h"
 #include "gemm.h"
+#include "kscratch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -171,15 +172,13 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
     int nt = k_get_threads();
     int par = nt > 1 && (double)M * N * K >= PAR_MIN_MACS;
     if (!par) nt = 1;
-    /* Bounded per-call scratch: private packed B and A blocks for each thread. Every thread
-     * packs the B it needs itself (a K x N copy per thread, small next to M N K / threads), so
-     * threads never wait for each other: no barrier inside the parallel region. */
+    /* Bounded scratch (kscratch.h, kept between calls): private packed B and A blocks for each
+     * thread. Every thread packs the B it needs itself (a K x N copy per thread, small next to
+     * M N K / threads), so threads never wait for each other: no barrier in the parallel region. */
     int kc_max = imin(KC, K);
     size_t bp_floats = (size_t)kc_max * imin(NC, (N + NR - 1) / NR * NR);
     size_t ap_floats = (size_t)kc_max * imin(MC, (M + MR - 1) / MR * MR);
-    float *buf = NULL;
-    CHECK(posix_memalign((void **)&buf, 64, (bp_floats + ap_floats) * nt * sizeof(float)) == 0,
-          "gemm: out of memory for packing scratch");
+    float *buf = kscratch_floats(KS_GEMM, (bp_floats + ap_floats) * nt);
     int mt = (M + MR - 1) / MR, ntile = (N + NR - 1) / NR; /* tiles along M and N */
 
 #pragma omp parallel num_threads(nt) if (par)
@@ -199,7 +198,6 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
             if (r0 < r1 && c0 < c1) gemm_region(&g, r0, r1, c0, c1, bp, bp + bp_floats);
         }
     }
-    free(buf);
 }
 
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,

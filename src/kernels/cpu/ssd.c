@@ -21,7 +21,7 @@
  * The backward math is in docs/derivations/ssd.md.
  *
  * `saved` = the chunk-entry states, (B, H, nchunks, P, N) (same meaning as ref/ssd.c).
- * Scratch (malloc per call, freed before return): per thread a chunk workspace of
+ * Scratch (kscratch.h: persistent grow-only buffers, reused by the next call): per thread a chunk workspace of
  * ~(5Q^2 + 7QP + 3QN + PN + 32 max(Q,P,N)) floats; and, when the forward has no `saved` and always
  * in the backward, chunk states (or their gradients) for a group of at most 2*threads sequences:
  * min(B, 2*threads)*H*nchunks*P*N floats. The result does not depend on the group size.
@@ -32,6 +32,7 @@
 
 #include "../kernels.h"
 #include "../../core/check.h"
+#include "kscratch.h"
 #include "seq_mm.h"
 
 #ifdef _OPENMP
@@ -215,9 +216,8 @@ void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *d
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
     int nt = max_threads(), gb = group_size(B, saved);
-    float *wsbuf = malloc(sizeof(float) * wsz * nt);
-    float *stbuf = saved ? NULL : malloc(sizeof(float) * (per_b * gb + 1));
-    CHECK(wsbuf && (saved || stbuf), "ssd_fwd: out of memory");
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
+    float *stbuf = saved ? NULL : kscratch_floats(KS_SSD_ST, per_b * gb + 1);
     for (int b0 = 0; b0 < B; b0 += gb) {
         int nb = imin(gb, B - b0);
         float *st = saved ? saved + (size_t)b0 * per_b : stbuf; /* (nb, H, nch, P, N) */
@@ -236,8 +236,6 @@ void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *d
             fwd_chunk(&ws, y, st + (size_t)bl * per_b, h0 == NULL, &d, b0 + bl, i % d.nch);
         }
     }
-    free(wsbuf);
-    free(stbuf);
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -397,10 +395,9 @@ void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
     int nt = max_threads(), gb = group_size(B, NULL);
-    float *wsbuf = malloc(sizeof(float) * wsz * nt);
-    float *gse = malloc(sizeof(float) * (per_b * gb + 1));      /* (gb, H, nch, P, N) */
-    double *part = malloc(sizeof(double) * (2 * (size_t)B * d.nch * H + 1)); /* pA, pD */
-    CHECK(wsbuf && gse && part, "ssd_bwd: out of memory");
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
+    float *gse = kscratch_floats(KS_SSD_ST, per_b * gb + 1); /* (gb, H, nch, P, N) */
+    double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * d.nch * H + 1)); /* pA, pD */
     Grads g = {dx, ddt, part, part + (size_t)B * d.nch * H};
     for (int b0 = 0; b0 < B; b0 += gb) {
         int nb = imin(gb, B - b0);
@@ -429,9 +426,6 @@ void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *
         if (dA) dA[h] += (float)sa;
         if (dD) dD[h] += (float)sd;
     }
-    free(wsbuf);
-    free(gse);
-    free(part);
 }
 
 /* ---- single-token step ---------------------------------------------------------------------- */
@@ -442,8 +436,7 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
     CHECK(B >= 0 && H > 0 && P > 0 && N > 0, "ssd_step: bad dims B=%d H=%d P=%d N=%d", B, H, P, N);
     size_t PN = (size_t)P * N;
     int nt = max_threads();
-    float *rows = malloc(sizeof(float) * (size_t)N * nt); /* one new state row per thread */
-    CHECK(rows, "ssd_step: out of memory");
+    float *rows = kscratch_floats(KS_SSD_STEP, (size_t)N * nt); /* one new state row per thread */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
@@ -458,5 +451,4 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
             if (S_out) memcpy(S_out + (size_t)i * PN + (size_t)p * N, row, sizeof(float) * N);
         }
     }
-    free(rows);
 }
