@@ -79,7 +79,7 @@ static int write_edited(const Model *m, const char *path, const Edit *e) {
         }
         n++;
     }
-    char cfg[2048];
+    char cfg[4096];
     cfg_to_json(&m->cfg, cfg, sizeof cfg);
     const char *kv[] = {"format", e->format ? e->format : CKPT_FORMAT, "format_version", e->version ? e->version : "1",
                         "model", e->model ? e->model : m->type->name, "config", e->config ? e->config : cfg, NULL};
@@ -137,7 +137,7 @@ static void broken_files(void) {
         }
         float extra[3] = {1, 2, 3};
         ts[n++] = (StWriteTensor){.name = "backbone.layers.7.mixer.wq.weight", .dtype = ST_F32, .ndim = 1, .shape = {3}, .data = extra};
-        char cfg[2048];
+        char cfg[4096];
         cfg_to_json(&l.cfg, cfg, sizeof cfg);
         const char *kv[] = {"format", CKPT_FORMAT, "format_version", "1", "model", "llama", "config", cfg, NULL};
         TH_CHECK(st_write(p, ts, n, kv) == 0, "%s", err_msg());
@@ -177,6 +177,70 @@ static void overwrite(void) {
     model_free(&b);
 }
 
+/* Spec §14: a weight-norm checkpoint loads into a plain model (W = g v/|v|) and the reverse
+ * (g = |W_r|, v = W); both give the same logits. */
+static void weight_norm_conversion(void) {
+    static const char *const kv[] = {"model", "implicit_mamba2", "d_model", "16", "vocab_size", "20", "d_state", "4",
+                                     "headdim", "8", NULL};
+    ModelCfg wn, plain;
+    cfg_defaults(&wn);
+    for (int i = 0; kv[i]; i += 2) cfg_set(&wn, kv[i], kv[i + 1]);
+    plain = wn;
+    plain.weight_norm = 0;
+    Model a, b, c;
+    TH_CHECK(model_create(&a, &wn) == 0, "%s", err_msg());
+    model_init_params(&a, 3);
+    /* make g differ from |v| so a conversion that ignores g fails */
+    for (int i = 0; i < a.tab.n; i++)
+        if (strstr(a.tab.p[i].name, "_g"))
+            for (size_t j = 0; j < a.tab.p[i].numel; j++) a.params[a.tab.p[i].offset + j] *= 0.7f + 0.01f * (float)(j % 7);
+    char p1[256], p2[256];
+    path_of(p1, sizeof p1, "wn.safetensors");
+    path_of(p2, sizeof p2, "plain.safetensors");
+    TH_CHECK(ckpt_save(&a, p1, NULL) == 0, "%s", err_msg());
+    TH_CHECK(ckpt_load(&b, p1, &plain) == 0, "fold g/v into weight: %s", err_msg());
+    TH_CHECK(ckpt_save(&b, p2, NULL) == 0, "%s", err_msg());
+    TH_CHECK(ckpt_load(&c, p2, &wn) == 0, "split weight into g/v: %s", err_msg());
+    int ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = (i * 7) % 20;
+    float *la = th_alloc(12 * 20), *lb = th_alloc(12 * 20);
+    Model *ms[3] = {&a, &b, &c};
+    for (int k = 0; k < 3; k++) {
+        ms[k]->training = 0;
+        TH_CHECK(model_fwd(ms[k], ids, NULL, 2, 6, NULL) == 0, "%s", err_msg());
+        memcpy(k ? lb : la, ms[k]->logits, sizeof(float) * 12 * 20);
+        if (k) TH_CHECK(th_rel_err(lb, la, 12 * 20) < 1e-5, "converted model %d: logits differ by %g", k, th_rel_err(lb, la, 12 * 20));
+    }
+    free(la);
+    free(lb);
+    model_free(&a);
+    model_free(&b);
+    model_free(&c);
+}
+
+/* The tied head's name is accepted for the embedding. */
+static void tied_alias(void) {
+    Model m, r;
+    TH_CHECK(make_model(&m, "lstm") == 0, "%s", err_msg());
+    StWriteTensor ts[64];
+    int n = 0;
+    for (int i = 0; i < m.tab.n; i++, n++) {
+        const ParamInfo *p = &m.tab.p[i];
+        ts[n] = (StWriteTensor){.name = !strcmp(p->name, "word_emb.emb.weight") ? "criterion.decoder.weight" : p->name,
+                                .dtype = ST_F32, .ndim = p->ndim, .data = m.params + p->offset};
+        for (int d = 0; d < p->ndim; d++) ts[n].shape[d] = p->shape[d];
+    }
+    char cfg[4096], path[256];
+    cfg_to_json(&m.cfg, cfg, sizeof cfg);
+    const char *kv[] = {"format", CKPT_FORMAT, "format_version", "1", "model", "lstm", "config", cfg, NULL};
+    path_of(path, sizeof path, "alias.safetensors");
+    TH_CHECK(st_write(path, ts, n, kv) == 0, "%s", err_msg());
+    TH_CHECK(ckpt_load(&r, path, NULL) == 0 && !memcmp(r.params, m.params, m.tab.total * sizeof(float)),
+             "tied alias: %s", err_msg());
+    model_free(&r);
+    model_free(&m);
+}
+
 int main(void) {
     th_name = "test_ckpt";
     snprintf(dir, sizeof dir, "/tmp/implicit-test-ckpt-%d", (int)getpid());
@@ -188,6 +252,8 @@ int main(void) {
     round_trip("lstm");
     broken_files();
     overwrite();
+    weight_norm_conversion();
+    tied_alias();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TH_CHECK(system(cmd) == 0, "cleanup");
     return th_done();

@@ -12,6 +12,7 @@
 #include "fp.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../core/check.h"
@@ -30,7 +31,7 @@ void fp_opts_default(FpOpts *o) {
     o->ema_alpha = 0.0;
 }
 
-size_t fp_track_floats(int nb) { return 4 * (size_t)nb; }
+size_t fp_track_floats(int nb) { return 6 * (size_t)nb + 2; }
 
 size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb) {
     CHECK(o && nb >= 1, "fp_scratch_floats: NULL options or nb=%d", nb);
@@ -56,13 +57,18 @@ void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem) {
     t->nb = m->nb;
     t->d = m->n / (size_t)m->nb;
     t->stop = stop;
-    t->low_abs = mem;
-    t->low_rel = mem + m->nb;
-    t->step_abs = mem + 2 * (size_t)m->nb;
-    t->step_rel = mem + 3 * (size_t)m->nb;
+    size_t nb = (size_t)m->nb;
+    t->step_abs = mem;
+    t->step_rel = mem + nb;
+    /* the doubles start at the first 8-byte boundary after the steps (floats are 4-aligned,
+     * so at most one float of the 2 spare ones is skipped) */
+    uintptr_t at = (uintptr_t)(mem + 2 * nb);
+    at = (at + 7) & ~(uintptr_t)7;
+    t->low_abs = (double *)at;
+    t->low_rel = t->low_abs + nb;
     for (int b = 0; b < m->nb; b++) {
         /* torchdeq init_solver_info: init_loss 1e8, step 0 */
-        t->low_abs[b] = t->low_rel[b] = 1e8f;
+        t->low_abs[b] = t->low_rel[b] = 1e8;
         t->step_abs[b] = t->step_rel[b] = 0.0f;
     }
 }
@@ -94,13 +100,13 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
         if (res > worst) worst = res;
         /* each mode keeps its own lowest and step; only the stop mode picks the returned value */
         /* strict <, as torchdeq: on a tie the earlier step is kept */
-        int lower_abs = res_abs < (double)t->low_abs[b], lower_rel = res_rel < (double)t->low_rel[b];
+        int lower_abs = res_abs < t->low_abs[b], lower_rel = res_rel < t->low_rel[b];
         if (lower_abs) {
-            t->low_abs[b] = (float)res_abs;
+            t->low_abs[b] = res_abs;
             t->step_abs[b] = (float)step;
         }
         if (lower_rel) {
-            t->low_rel[b] = (float)res_rel;
+            t->low_rel[b] = res_rel;
             t->step_rel[b] = (float)step;
         }
         if (t->stop == FP_STOP_REL ? lower_rel : lower_abs)
@@ -111,7 +117,7 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
 
 void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
     if (!st) return;
-    const float *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
+    const double *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
     const float *step = t->stop == FP_STOP_REL ? t->step_rel : t->step_abs;
     /* the logged means (spec §3.1): abs diff, rel diff, steps = mean argmin step, not iterations */
     double sa = 0.0, sr = 0.0, ss = 0.0;
@@ -119,7 +125,7 @@ void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
         sa += t->low_abs[b];
         sr += t->low_rel[b];
         ss += step[b];
-        if (st->sample_res) st->sample_res[b] = low[b];
+        if (st->sample_res) st->sample_res[b] = (float)low[b];
         if (st->sample_step) st->sample_step[b] = (int)step[b];
     }
     st->iters = iters;

@@ -89,7 +89,8 @@ typedef struct {
 void fp_opts_default(FpOpts *o);   /* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4 */
 
 /* Floats of scratch fp_solve / fp_adjoint need for a map of n floats and nb samples:
- * PICARD 2n + 4nb, ANDERSON 2·m·n + 4nb, EVALLOOP n (2n with EMA). Never depends on max_iter. */
+ * PICARD 2n + 6nb + 2, ANDERSON 2·m·n + 6nb + 2, EVALLOOP n (2n with EMA). Never depends on
+ * max_iter. Give malloc'd or arena memory: the solvers keep a few doubles in it. */
 size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb);
 
 /* Solve z = f(z) starting from z (in: z0, out: the solution as defined per solver above).

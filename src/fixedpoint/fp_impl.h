@@ -2,8 +2,10 @@
  *
  * FpTrack is torchdeq's per-sample bookkeeping (solver/utils.py update_state): for each sample and
  * each stop mode the lowest residual seen and the step that gave it, and in the caller's `best`
- * buffer the f-output of the stop mode's lowest step. It lives in 4·nb floats of the solver
- * scratch (steps are small integers, exact in a float).
+ * buffer the f-output of the stop mode's lowest step. It lives in 6·nb + 2 floats of the solver
+ * scratch: the lowest residuals as doubles (8-byte aligned inside it; a float copy would make
+ * "lower than" depend on rounding once residuals stall near float precision), the steps as floats
+ * (small integers, exact). The scratch must be malloc'd or arena memory (no declared type).
  */
 #ifndef IMPLICIT_FP_IMPL_H
 #define IMPLICIT_FP_IMPL_H
@@ -20,8 +22,8 @@ typedef struct {
     int nb;          /* samples */
     size_t d;        /* floats per sample */
     FpStop stop;
-    float *low_abs;  /* (nb) lowest absolute residual so far (1e8 before the first step) */
-    float *low_rel;  /* (nb) lowest relative residual so far */
+    double *low_abs; /* (nb) lowest absolute residual so far (1e8 before the first step) */
+    double *low_rel; /* (nb) lowest relative residual so far */
     float *step_abs; /* (nb) step of low_abs (0 = none yet) */
     float *step_rel; /* (nb) step of low_rel */
 } FpTrack;

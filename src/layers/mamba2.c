@@ -1,13 +1,16 @@
 /* mamba2.c: the Mamba2 mixer (spec implicit-lm §1.4): full-sequence forward, its backward, and
  * the single-token step used by sequential mode (§4.1).
  *
- * All arithmetic beyond the elementwise softplus/sigmoid and the strided copies lives in the
- * kernels (k_linear_*, k_conv1d_*, k_silu_*, k_ssd_*, k_gated_rmsnorm_*). The splits
- * zgate | xBC | dtraw of zx and xs | Bm | Cm of xBC are strided inside a token's row; kernels
- * take contiguous arrays, so the layer copies them into scratch and scatters gradients back.
+ * All arithmetic beyond the elementwise softplus/sigmoid lives in the kernels (k_gemm,
+ * k_linear_*, k_conv1d_*, k_silu_*, k_ssd_*, k_gated_rmsnorm_*). The splits zgate | xBC | dtraw
+ * of zx and xs | Bm | Cm of xBC would be strided inside a token's row, while kernels take
+ * contiguous arrays; instead of copying, in_proj runs as one GEMM per row block and writes each
+ * split into its own contiguous array ("blocked" zx, see in_proj_fwd), and the gradients come
+ * back the same way. Only the single-token step (B rows) still copies.
  *
- * Memory (STYLE §8.3): see mamba2.h. The cache holds zx, ys, rstd and the scan's chunk-entry
- * states; the backward recomputes the conv, silu, dt and the normed yn from them.
+ * Memory (STYLE §8.3): see mamba2.h. The cache holds zx (blocked), ys, rstd and the scan's
+ * chunk-entry states; the backward recomputes the conv, silu, dt and (only when dW of out_proj
+ * is wanted) the normed yn from them.
  * Out of scope: see mamba2.h.
  */
 #include "mamba2.h"
@@ -387,14 +390,20 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
 
 /* ---- single-token step ------------------------------------------------------------------ */
 
+/* The conv state is (B, C, W) over all C channels, so the step assembles the (B, C) row-major
+ * xBC from zx's blocks and splits the conv output back (B rows: negligible copies). */
 typedef struct {
-    float *zx; /* (B, K) */
-    float *ys; /* (B, E) */
+    float *zx;  /* (B*K) blocked */
+    float *xbc; /* (B, C) pre-conv xBC, row-major */
+    float *xr;  /* (B, C) silu(conv), row-major */
+    float *ys;  /* (B, E) */
 } StepBufs;
 
 static size_t step_carve(const Mamba2Cfg *c, int B, float *base, Front *f, StepBufs *s) {
     size_t off = front_carve(c, (size_t)B, 0, base, f);
     s->zx = take(base, &off, (size_t)B * c->K);
+    s->xbc = take(base, &off, (size_t)B * c->C);
+    s->xr = take(base, &off, (size_t)B * c->C);
     s->ys = take(base, &off, (size_t)B * c->E);
     return off;
 }
@@ -410,37 +419,32 @@ void mamba2_step(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x,
                  const float *state_in, float *state_out, float *scratch, int B) {
     check_cfg(c);
     CHECK(w && y && x && state_in && scratch && B > 0, "mamba2_step: bad arguments (B=%d)", B);
-    const int E = c->E, C = c->C, K = c->K, N = c->N, H = c->H;
+    const int E = c->E, C = c->C, H = c->H;
+    const Parts p = parts_of(c);
     Front f;
     StepBufs s;
     step_carve(c, B, scratch, &f, &s);
-    const size_t conv_n = (size_t)B * C * c->W;
+    const size_t conv_n = (size_t)B * C * c->W, nb = (size_t)B;
 
-    /* zx = in_proj(x_t) + u_t ; split zgate | xBC | dtraw */
-    k_linear_fwd(s.zx, x, w->in_proj, NULL, B, c->D, K);
-    if (u) k_axpby(s.zx, 1.f, u, 1.f, (size_t)B * K);
-    for (int b = 0; b < B; b++) {
-        const float *row = s.zx + (size_t)b * K;
-        memcpy(f.zg + (size_t)b * E, row, sizeof(float) * E);
-        memcpy(f.xbc + (size_t)b * C, row + E, sizeof(float) * C);
-        for (int h = 0; h < H; h++)
-            f.dt[(size_t)b * H + h] = softplus(row[E + C + h] + w->dt_bias[h]);
-    }
-    for (int h = 0; h < H; h++) f.A[h] = -expf(w->A_log[h]);
+    /* zx = in_proj(x_t) + u_t (blocked); dt = softplus(dtraw + dt_bias); gather xBC rows */
+    in_proj_fwd(c, w, s.zx, x, u, nb);
+    dt_fwd(c, w, f.dt, f.A, blk(s.zx, &p, nb, PDT), nb);
+    for (int i = PX; i <= PC; i++)
+        for (int b = 0; b < B; b++)
+            memcpy(s.xbc + (size_t)b * C + (p.off[i] - E), blk(s.zx, &p, nb, i) + (size_t)b * p.n[i],
+                   sizeof(float) * p.n[i]);
 
     /* cs' = shift(conv_state) with xBC last; xBC = silu(sum_k cs'[.,k] w[.,k] + b) */
-    k_conv1d_step(f.xa, state_out, state_in, f.xbc, w->conv_w, w->conv_b, B, C, c->W);
-    k_silu_fwd(f.xa, f.xa, (size_t)B * C);
-    for (int b = 0; b < B; b++) {
-        const float *row = f.xa + (size_t)b * C;
-        memcpy(f.xs + (size_t)b * E, row, sizeof(float) * E);
-        memcpy(f.bm + (size_t)b * N, row + E, sizeof(float) * N);
-        memcpy(f.cm + (size_t)b * N, row + E + N, sizeof(float) * N);
-    }
+    k_conv1d_step(s.xr, state_out, state_in, s.xbc, w->conv_w, w->conv_b, B, C, c->W);
+    k_silu_fwd(s.xr, s.xr, (size_t)B * C);
+    for (int i = PX; i <= PC; i++) /* split into the blocked xs | bm | cm */
+        for (int b = 0; b < B; b++)
+            memcpy(f.xa + nb * (p.off[i] - E) + (size_t)b * p.n[i], s.xr + (size_t)b * C + (p.off[i] - E),
+                   sizeof(float) * p.n[i]);
 
     /* S' = exp(dt A) S + dt xs (x) Bm ;  y = S' Cm + Dskip xs ; gated norm ; out_proj */
     k_ssd_step(s.ys, state_out ? state_out + conv_n : NULL, state_in + conv_n, f.xs, f.dt, f.A,
-               f.bm, f.cm, w->Dskip, B, H, c->P, N);
-    k_gated_rmsnorm_fwd(f.yn, NULL, s.ys, f.zg, w->norm_w, B, E, c->eps);
+               f.bm, f.cm, w->Dskip, B, H, c->P, c->N);
+    k_gated_rmsnorm_fwd(f.yn, NULL, s.ys, blk(s.zx, &p, nb, PZ), w->norm_w, B, E, c->eps);
     k_linear_fwd(y, f.yn, w->out_proj, NULL, B, E, c->D);
 }

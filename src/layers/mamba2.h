@@ -55,7 +55,8 @@ typedef struct {
 } Mamba2W;
 
 /* Floats mamba2_fwd keeps for mamba2_bwd, for a (B, T) call. What is cached (per token):
- *   zx (K)   = in_proj(x) + u, from which zgate, pre-conv xBC and dtraw are re-read;
+ *   zx (K)   = in_proj(x) + u, from which zgate, pre-conv xBC and dtraw are re-read (stored
+ *              as five contiguous per-split arrays, an internal layout);
  *   ys (E)   = SSD output before the gated norm (needed by the norm's backward);
  *   rstd (1) = the gated norm's reciprocal RMS;
  * plus the scan's k_ssd_saved_floats(B,T,H,P,N) (chunk-entry states, NOT per-timestep states).

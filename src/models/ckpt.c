@@ -1,12 +1,14 @@
 /* ckpt.c: model <-> safetensors; see ckpt.h. */
 #include "ckpt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/check.h"
 #include "../io/safetensors.h"
+#include "../kernels/kernels.h"
 
 int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
     int n = m->tab.n;
@@ -46,7 +48,6 @@ int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
 /* Names a checkpoint may carry besides the table: the tied head alias (spec §14) and, in
  * PyTorch reference files, the test vectors. */
 static int ignorable(const char *name, int is_ref) {
-    if (!strcmp(name, "criterion.decoder.weight")) return 1;
     /* reference files also carry inputs, outputs, gradients and activations */
     return is_ref && strncmp(name, "backbone.", 9) && strncmp(name, "word_emb.", 9);
 }
@@ -86,25 +87,101 @@ static int config_of(const StFile *f, const char *path, const ModelCfg *given, M
     return IM_OK;
 }
 
-static int load_tensors(Model *m, const StFile *f, const char *path, int is_ref) {
+static int check_shape(const StTensor *t, const ParamInfo *p, const char *path) {
     char want[96], got[96];
+    if (t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, t->name);
+    int same = t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+    if (same) return IM_OK;
+    shape_str(want, sizeof want, p->ndim, p->shape);
+    shape_str(got, sizeof got, t->ndim, t->shape);
+    return err_set(IM_EMISMATCH, "%s: tensor '%s' has shape %s but the config needs %s", path, t->name, got, want);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Spec §14 conversions between explicit and implicit checkpoints: a plain X.weight where the
+ * model has the weight-norm pair (g = row norms, v = W), the pair where the model has X.weight
+ * (W = g v/|v|), and the tied head's alias for the embedding. */
+static int load_converted(Model *m, const ParamInfo *p, const StFile *f, const char *path, int *done) {
+    char base[PARAM_NAME_LEN + 8], gname[PARAM_NAME_LEN + 8], vname[PARAM_NAME_LEN + 8];
+    float *dst = m->params + p->offset;
+    int rc;
+    *done = 0;
+    if (!strcmp(p->name, "word_emb.emb.weight")) {
+        const StTensor *t = st_find(f, "criterion.decoder.weight");
+        if (!t) return IM_OK;
+        if ((rc = check_shape(t, p, path))) return rc;
+        memcpy(dst, st_data(f, t), p->numel * sizeof(float));
+        *done = 1;
+        return IM_OK;
+    }
+    if (ends_with(p->name, ".weight")) {   /* fold a weight-norm pair */
+        snprintf(gname, sizeof gname, "%s_g", p->name);
+        snprintf(vname, sizeof vname, "%s_v", p->name);
+        const StTensor *g = st_find(f, gname), *v = st_find(f, vname);
+        if (!g || !v) return IM_OK;
+        if ((rc = check_shape(v, p, path))) return rc;
+        size_t rows = (size_t)p->shape[0], cols = p->numel / (rows ? rows : 1);
+        if (g->dtype != ST_F32 || st_numel(g) != rows) return err_set(IM_EMISMATCH, "%s: '%s' needs %zu gains", path, gname, rows);
+        k_weightnorm_fwd(dst, st_data(f, g), st_data(f, v), (int)rows, (int)cols, 1.0f, 0.0f);
+        *done = 1;
+        return IM_OK;
+    }
+    int is_g = ends_with(p->name, ".weight_g"), is_v = ends_with(p->name, ".weight_v");
+    if (!is_g && !is_v) return IM_OK;
+    snprintf(base, sizeof base, "%.*s", (int)strlen(p->name) - 2, p->name);
+    const StTensor *w = st_find(f, base);
+    if (!w) return IM_OK;
+    if (w->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, base);
+    const float *W = st_data(f, w);
+    if (is_v) {
+        if ((rc = check_shape(w, p, path))) return rc;
+        memcpy(dst, W, p->numel * sizeof(float));
+    } else {
+        size_t rows = p->numel, cols = st_numel(w) / (rows ? rows : 1);
+        if (w->ndim < 1 || (size_t)w->shape[0] != rows) return err_set(IM_EMISMATCH, "%s: '%s' does not have %zu rows", path, base, rows);
+        for (size_t r = 0; r < rows; r++) {
+            double s2 = 0;
+            for (size_t j = 0; j < cols; j++) s2 += (double)W[r * cols + j] * W[r * cols + j];
+            dst[r] = (float)sqrt(s2);   /* g = |W_r| so that g v/|v| = W */
+        }
+    }
+    *done = 1;
+    return IM_OK;
+}
+
+/* A file tensor the model consumed through a conversion. */
+static int consumed(const Model *m, const char *name) {
+    char buf[300];
+    if (!strcmp(name, "criterion.decoder.weight")) return 1;
+    if (ends_with(name, ".weight_g") || ends_with(name, ".weight_v")) {
+        snprintf(buf, sizeof buf, "%.*s", (int)strlen(name) - 2, name);
+        return ptab_find(&m->tab, buf) != NULL;
+    }
+    snprintf(buf, sizeof buf, "%s_v", name);
+    return ptab_find(&m->tab, buf) != NULL;
+}
+
+static int load_tensors(Model *m, const StFile *f, const char *path, int is_ref) {
     for (int i = 0; i < m->tab.n; i++) {
         const ParamInfo *p = &m->tab.p[i];
         const StTensor *t = st_find(f, p->name);
-        if (!t) return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", path, p->name, m->type->name);
-        if (t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, p->name);
-        int same = t->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
-        if (!same) {
-            shape_str(want, sizeof want, p->ndim, p->shape);
-            shape_str(got, sizeof got, t->ndim, t->shape);
-            return err_set(IM_EMISMATCH, "%s: tensor '%s' has shape %s but the config needs %s", path, p->name, got, want);
+        int rc, done = 0;
+        if (!t) {
+            if ((rc = load_converted(m, p, f, path, &done))) return rc;
+            if (done) continue;
+            return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", path, p->name, m->type->name);
         }
+        if ((rc = check_shape(t, p, path))) return rc;
         memcpy(m->params + p->offset, st_data(f, t), p->numel * sizeof(float));
     }
     for (int i = 0; i < f->n_tensors; i++) {
         const char *name = f->tensors[i].name;
-        if (!ptab_find(&m->tab, name) && !ignorable(name, is_ref))
+        if (!ptab_find(&m->tab, name) && !ignorable(name, is_ref) && !consumed(m, name))
             return err_set(IM_EMISMATCH, "%s: unexpected tensor '%s' (not part of a '%s' model with this config)",
                            path, name, m->type->name);
     }
