@@ -176,7 +176,9 @@ int cmd_eval(int argc, char **argv) {
                "                         [--mode simultaneous|sequential|both] [--max_iters 1,2,4,8,16,0]\n"
                "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n"
                "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
-               "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n\n"
+               "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n"
+               "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
+               "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson).\n\n"
                "task keys:\n");
         keytab_print(&task_keytab, &t, stdout);
         return argc < 1 ? 1 : 0;
@@ -224,7 +226,13 @@ int cmd_eval(int argc, char **argv) {
             }
         }
         else {
-            int rc = keytab_set(&task_keytab, &tc, k, v);
+            /* evaluation-time model keys: iteration caps, tolerances, sequential solver options */
+            static const char *const eval_keys[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
+                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda", NULL};
+            int model_key = 0;
+            for (int e = 0; eval_keys[e]; e++) model_key |= !strcmp(k, eval_keys[e]);
+            int rc = model_key ? cfg_set(&m.cfg, k, v) : keytab_set(&task_keytab, &tc, k, v);
+            if (!rc && model_key) rc = cfg_validate(&m.cfg);
             if (rc == KEY_NOT_MINE) rc = err_set(IM_EINVAL, "unknown option '--%s'", k);
             if (rc) { model_free(&m); return fail("run `implicit eval --help`"); }
         }

@@ -50,6 +50,8 @@ static int deq_validate(const ModelCfg *c) {
         BAD("config keys 'bounded_steps', 'bounded_f_max_iter' >= 0 and 'bounded_grad' in 1..64");
     if (!(c->norm_target_norm > 0)) BAD("config key 'norm_target_norm' must be > 0");
     if (!(c->norm_clip_value >= 0)) BAD("config key 'norm_clip_value' must be >= 0");
+    if (strcmp(c->seq_solver, "loop") && strcmp(c->seq_solver, "anderson"))
+        BAD("config key 'seq_solver': unknown '%s' (loop | anderson)", c->seq_solver);
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
     if (c->anderson_m < 1 || c->anderson_m > 16) BAD("config key 'anderson_m': %d out of range 1..16", c->anderson_m);
     if (!(c->anderson_lambda >= 0)) BAD("config key 'anderson_lambda' must be >= 0");

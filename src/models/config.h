@@ -62,6 +62,8 @@
     X(FLOAT, norm_target_norm, 1.0, "weight-norm target when norm_no_scale")                       \
     X(FLOAT, norm_clip_value, 0.0, "clip the weight-norm factor at this value (0 = off)")          \
     X(FLOAT, ema_alpha, 0.0, "eval loop: test convergence on an EMA of f-outputs (0 = off)")       \
+    X(INT, seq_warm_start, 0, "sequential mode: start each token's solve from the previous token's z*") \
+    X(STR, seq_solver, "loop", "sequential mode solver: loop (the reference's damped loop) | anderson") \
     X(INT, anderson_m, 6, "Anderson history size")                                                 \
     X(FLOAT, anderson_lambda, 1e-4, "Anderson Tikhonov regularisation")
 

@@ -265,6 +265,12 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
         o->tol = c->f_tol;
         o->tau = (float)c->tau;
         o->ema_alpha = c->ema_alpha;
+    } else if (which == 3) {   /* sequential mode, Anderson (beyond the reference) */
+        o->solver = FP_ANDERSON;
+        o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
+        o->tol = c->f_tol;
+        o->stop = FP_STOP_REL;
+        o->tau = 1.0f;
     } else {                   /* adjoint (§5.4) */
         o->solver = !strcmp(c->b_solver, "anderson") ? FP_ANDERSON : FP_PICARD;
         o->max_iter = c->b_max_iter;
@@ -276,7 +282,7 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
 
 static size_t solver_floats(const ModelCfg *c, size_t n, int nb) {
     size_t best = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         FpOpts o;
         solver_opts(c, k, &o);
         if (o.max_iter < 1) o.max_iter = 1;
@@ -552,9 +558,11 @@ static void carve_state(Model *m, Arena *a, int B, int T) {
     im->x0t = arena_floats(a, BD);
     im->xnt = arena_floats(a, BD);
     im->rstdt = arena_floats(a, (size_t)B);
-    FpOpts o;
+    FpOpts o, oa;
     solver_opts(&m->cfg, 1, &o);
-    im->step_solver = arena_floats(a, fp_scratch_floats(&o, BD, B));
+    solver_opts(&m->cfg, 3, &oa);
+    size_t s1 = fp_scratch_floats(&o, BD, B), s2 = fp_scratch_floats(&oa, BD, B);
+    im->step_solver = arena_floats(a, s1 > s2 ? s1 : s2);
 }
 
 static int state_init(Model *m, int B) {
@@ -562,6 +570,7 @@ static int state_init(Model *m, int B) {
     int rc = lm_arena_plan(&im->st, m, B, 1, carve_state);
     if (rc) return rc;
     memset(im->state, 0, (size_t)im->L * block_state_floats(&im->bc, B) * sizeof(float));
+    memset(im->zt, 0, (size_t)B * im->D * sizeof(float));
     refresh(m);   /* weights are fixed during generation: one refresh per sequence */
     return IM_OK;
 }
@@ -595,11 +604,14 @@ static int step(Model *m, const int *ids, float *logits) {
     FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
     FpOpts o;
     FpStats st = {0};
-    solver_opts(&m->cfg, 1, &o);
-    memset(im->zt, 0, (size_t)B * D * sizeof(float));
+    int anderson = !strcmp(m->cfg.seq_solver, "anderson");
+    solver_opts(&m->cfg, anderson ? 3 : 1, &o);
+    /* z0 = 0 (the reference), or the previous token's fixed point (seq_warm_start) */
+    if (!m->cfg.seq_warm_start) memset(im->zt, 0, (size_t)B * D * sizeof(float));
     int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
     ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
     step_f(&ctx, im->zt_out, im->zt);
+    if (m->cfg.seq_warm_start) memcpy(im->zt, im->zt_out, (size_t)B * D * sizeof(float));
     head_logits(logits, im->zt_out, E, B, m->V, D);
     m->fp_iters = st.iters;
     m->fp_res = st.rel_res;

@@ -405,7 +405,10 @@ int trainer_run(Trainer *t, int stop_at) {
         if (t->step % t->cfg.log_every == 0 || t->step == t->cfg.steps) {
             double now = timer_now(), tok_s = tokens_since_log / fmax(now - t_log, 1e-9);
             log_step(t, loss, acc, gnorm, lr, tok_s, now - t0);
-            progress_update(&pg, t->step, loss, acc, tok_s, NULL);
+            char fp[96] = "";
+            if (t->model.fp_phase)
+                snprintf(fp, sizeof fp, "%s: %.0f it, res %.2g", t->model.fp_phase, t->model.fp_iters, t->model.fp_res);
+            progress_update(&pg, t->step, loss, acc, tok_s, fp[0] ? fp : NULL);
             t_log = now;
             tokens_since_log = 0;
         }

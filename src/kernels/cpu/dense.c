@@ -18,6 +18,26 @@
 #include "kscratch.h"
 #include "vmath.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* Row-parallel loops go parallel above this many elements in total. */
 #define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
 /* Column chunk when partial sums are combined: a stack accumulator of this many floats. */
@@ -157,51 +177,60 @@ void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, 
     }
 }
 
-/* sum_c dy w v over one row, v recomputed from x and z (lane sums as dot3_lanes). */
-static float gated_row_dot(const float *dy, const float *w, const float *x, const float *z, int C) {
+/* One row of the gated backward. Pass 1 stores s = sigmoid(z) in sg (one exp per element) and
+ * sums dy w v, v = x z s; pass 2: dv = r dy w - k v spreads onto x (dv silu(z)) and z
+ * (dv x silu'(z), silu' = s (1 + z (1 - s))); pw (partial dw) += dy v r. Any of dx, dz, pw may be
+ * NULL; the values written do not depend on which are requested. */
+static void gated_bwd_row(float *dx, float *dz, float *pw, float *sg, const float *dy,
+                          const float *x, const float *z, const float *w, float r, int C) {
     float acc[LANES];
     for (int l = 0; l < LANES; l++) acc[l] = 0.0f;
     int c = 0;
     for (; c + LANES <= C; c += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += dy[c + l] * w[c + l] * (x[c + l] * vsilu(z[c + l]));
-    float s = 0.0f;
-    for (; c < C; c++) s += dy[c] * w[c] * (x[c] * vsilu(z[c]));
-    for (int l = 0; l < LANES; l++) s += acc[l];
-    return s;
-}
-
-/* One row of the gated backward: dv = r dy w - k v, then v = x silu(z) spreads it onto
- * x and z; pw (partial dw) += dy v r. Any of dx, dz, pw may be NULL. */
-static void gated_bwd_row(float *dx, float *dz, float *pw, const float *dy, const float *x,
-                          const float *z, const float *w, float r, int C) {
-    float k = r * r * r / (float)C * gated_row_dot(dy, w, x, z, C);
+        for (int l = 0; l < LANES; l++) {
+            float s = vsigmoid(z[c + l]);
+            sg[c + l] = s;
+            acc[l] += dy[c + l] * w[c + l] * (x[c + l] * (z[c + l] * s));
+        }
+    float dot = 0.0f;
+    for (; c < C; c++) {
+        float s = vsigmoid(z[c]);
+        sg[c] = s;
+        dot += dy[c] * w[c] * (x[c] * (z[c] * s));
+    }
+    for (int l = 0; l < LANES; l++) dot += acc[l];
+    float k = r * r * r / (float)C * dot;
     if (dx)
-        for (int c = 0; c < C; c++) {
-            float sil = vsilu(z[c]);
+        for (c = 0; c < C; c++) {
+            float sil = z[c] * sg[c];
             dx[c] += (r * dy[c] * w[c] - k * (x[c] * sil)) * sil;
         }
     if (dz)
-        for (int c = 0; c < C; c++) {
-            float s = vsigmoid(z[c]), sil = z[c] * s;
+        for (c = 0; c < C; c++) {
+            float s = sg[c], sil = z[c] * s;
             float dv = r * dy[c] * w[c] - k * (x[c] * sil);
             dz[c] += dv * x[c] * (s * (1.0f + z[c] * (1.0f - s)));
         }
     if (pw)
-        for (int c = 0; c < C; c++) pw[c] += dy[c] * (x[c] * vsilu(z[c])) * r;
+        for (c = 0; c < C; c++) pw[c] += dy[c] * (x[c] * (z[c] * sg[c])) * r;
 }
 
 void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x,
                          const float *z, const float *w, const float *rstd, int M, int C) {
-    int nb = (M + NORM_RB - 1) / NORM_RB;
+    int nb = (M + NORM_RB - 1) / NORM_RB, par = PAR_ROWS(M, C);
     float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw, as k_rmsnorm_bwd */
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    /* one row of sigmoid(z) per thread (persistent scratch, taken outside the parallel region) */
+    size_t cs = ((size_t)C + 15) / 16 * 16;
+    float *sgbuf = kscratch_floats(KS_NORM_ROW, cs * (par ? max_threads() : 1));
+#pragma omp parallel for schedule(static) if (par)
     for (int b = 0; b < nb; b++) {
         float *pw = part ? part + (size_t)b * C : NULL;
+        float *sg = sgbuf + cs * thread_id();
         if (pw)
             for (int c = 0; c < C; c++) pw[c] = 0.0f;
         for (int i = b * NORM_RB; i < M && i < (b + 1) * NORM_RB; i++) {
             size_t o = (size_t)i * C;
-            gated_bwd_row(dx ? dx + o : NULL, dz ? dz + o : NULL, pw, dy + o, x + o, z + o, w,
+            gated_bwd_row(dx ? dx + o : NULL, dz ? dz + o : NULL, pw, sg, dy + o, x + o, z + o, w,
                           rstd[i], C);
         }
     }

@@ -27,7 +27,7 @@ typedef enum {
     KS_SSD_WS, KS_SSD_ST, KS_SSD_PART,      /* SSD: per-thread chunk workspaces, chunk states, dA/dD partials */
     KS_SSD_STEP,                            /* SSD step: one state row per thread */
     KS_ATTN_WS, KS_ATTN_STEP, KS_ROPE,      /* attention workspaces, step scores, RoPE table */
-    KS_NORM,                                /* norm backward partial dw rows */
+    KS_NORM, KS_NORM_ROW,                   /* norm backward partial dw rows, per-thread row temp */
     KS_CONV_WT, KS_CONV_ACC,                /* conv1d transposed taps, parameter-gradient sums */
     KS_COUNT
 } KsSlot;

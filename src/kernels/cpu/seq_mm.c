@@ -116,15 +116,3 @@ void kseq_mm(float *pk, int M, int N, int K, const float *A, int lda, int ta, co
         }
     }
 }
-
-/* kseq_dot (seq_mm.h): 16 fixed partial sums (vectorisable, same order on every thread). */
-float kseq_dot(const float *a, const float *b, int n) {
-    float part[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) part[j] += a[i + j] * b[i + j];
-    for (; i < n; i++) part[i & 15] += a[i] * b[i];
-    float s = 0.0f;
-    for (int j = 0; j < 16; j++) s += part[j];
-    return s;
-}

@@ -27,7 +27,18 @@ size_t kseq_mm_pack_floats(int K, int N);
 void kseq_mm(float *pk, int M, int N, int K, const float *A, int lda, int ta, const float *B,
              int ldb, int tb, float *C, int ldc, int tri);
 
-/* sum_i a[i] b[i] with 16 fixed partial sums: vectorisable and the same on every thread. */
-float kseq_dot(const float *a, const float *b, int n);
+/* sum_i a[i] b[i] with 16 fixed partial sums: vectorisable and the same on every thread.
+ * Inline: the sequence kernels call it on rows of 16..128 floats, where a call costs as much as
+ * the arithmetic. */
+static inline float kseq_dot(const float *a, const float *b, int n) {
+    float part[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) part[j] += a[i + j] * b[i + j];
+    for (; i < n; i++) part[i & 15] += a[i] * b[i];
+    float s = 0.0f;
+    for (int j = 0; j < 16; j++) s += part[j];
+    return s;
+}
 
 #endif

@@ -34,6 +34,8 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "seq_mm.h"
+#include "ssd_paths.h"
+#include "vmath.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -63,20 +65,20 @@ static int thread_id(void) {
 
 typedef struct {
     float *G, *M, *Lm, *gM, *gGs;             /* (Q, Q) */
-    float *X, *gY, *Xd, *gXd, *Z, *Xw, *Y;    /* (Q, P) */
+    float *gY, *Xd, *gXd, *Z, *Xw, *Y;        /* (Q, P) */
     float *pk;                                /* mm packing space */
     float *S;                                 /* (P, N) running state or its gradient */
     float *Qm, *gC, *gB;                      /* (Q, N) */
-    float *ec, *w;                            /* (Q) e^{c_t}, e^{c_L - c_t} */
-    double *c, *gc;                           /* (Q) cumulative log-decay and its gradient */
+    float *ec, *w, *dts;                      /* (Q) e^{c_t}, e^{c_L - c_t}, dt_t of this head */
+    double *c, *gc, *r;                       /* (Q) cumulative log-decay, its gradient, a row */
 } Ws;
 
 static int kn_max(int P, int N) { return P > N ? (P > Q ? P : Q) : (N > Q ? N : Q); }
 
 static size_t ws_floats(int P, int N) {
     int kn = kn_max(P, N);
-    size_t n = 5 * (size_t)Q * Q + 7 * (size_t)Q * P + kseq_mm_pack_floats(kn, kn) + (size_t)P * N +
-               3 * (size_t)Q * N + 2 * Q + 2 * 2 * Q /* doubles */ + 16 /* alignment slack */;
+    size_t n = 5 * (size_t)Q * Q + 6 * (size_t)Q * P + kseq_mm_pack_floats(kn, kn) + (size_t)P * N +
+               3 * (size_t)Q * N + 3 * Q + 3 * 2 * Q /* doubles */ + 16 /* alignment slack */;
     return (n + 15) / 16 * 16; /* keeps every thread's slice 64-byte aligned */
 }
 
@@ -85,14 +87,16 @@ static Ws ws_carve(float *base, int P, int N) {
     float *p = base;
 #define TAKE(f, n) (w.f = p, p += (n))
     TAKE(G, Q * Q); TAKE(M, Q * Q); TAKE(Lm, Q * Q); TAKE(gM, Q * Q); TAKE(gGs, Q * Q);
-    TAKE(X, Q * P); TAKE(gY, Q * P); TAKE(Xd, Q * P); TAKE(gXd, Q * P); TAKE(Z, Q * P);
+    TAKE(gY, Q * P); TAKE(Xd, Q * P); TAKE(gXd, Q * P); TAKE(Z, Q * P);
     TAKE(Xw, Q * P); TAKE(Y, Q * P); TAKE(pk, kseq_mm_pack_floats(kn_max(P, N), kn_max(P, N)));
-    TAKE(S, P * N); TAKE(Qm, Q * N); TAKE(gC, Q * N); TAKE(gB, Q * N); TAKE(ec, Q); TAKE(w, Q);
+    TAKE(S, P * N); TAKE(Qm, Q * N); TAKE(gC, Q * N); TAKE(gB, Q * N);
+    TAKE(ec, Q); TAKE(w, Q); TAKE(dts, Q);
 #undef TAKE
     p += (8 - ((size_t)(p - base) & 7)) & 7; /* doubles on an 8-float (32-byte) boundary */
     w.c = (double *)(void *)p;
     w.gc = w.c + Q;
-    CHECK((size_t)(p - base) + 4 * Q <= ws_floats(P, N), "ssd: workspace layout");
+    w.r = w.gc + Q;
+    CHECK((size_t)(p - base) + 6 * Q <= ws_floats(P, N), "ssd: workspace layout");
     return w;
 }
 
@@ -102,15 +106,27 @@ typedef struct {
     const float *x, *dt, *A, *Bm, *Cm, *Dskip;
 } Dims;
 
-/* c_t = sum_{r<=t} dt_r A (double), ec_t = e^{c_t}, w_t = e^{c_{L-1} - c_t}; dt stride H. */
+/* Offset of token t0's head h in a (B,T,H,P) tensor; its rows (one per token) are H*P apart.
+ * The kernels read x, dy and write y, dx in place through such strided (L, P) views. */
+static size_t head_off(const Dims *d, int b, int t0, int h) {
+    return (((size_t)b * d->T + t0) * d->H + h) * d->P;
+}
+
+/* c_t = sum_{r<=t} dt_r A (double), ec_t = e^{c_t}, w_t = e^{c_{L-1} - c_t}, dts_t = dt_t
+ * (contiguous copy of the head's dt, stride H in dt). Every exponent is <= 0; vexp (vmath.h)
+ * keeps the loops vectorised. */
 static void chunk_decay(Ws *ws, const float *dt, int H, float A, int L) {
     double c = 0;
     for (int t = 0; t < L; t++) {
-        c += (double)dt[(size_t)t * H] * A;
+        ws->dts[t] = dt[(size_t)t * H];
+        c += (double)ws->dts[t] * A;
         ws->c[t] = c;
-        ws->ec[t] = (float)exp(c);
     }
-    for (int t = 0; t < L; t++) ws->w[t] = (float)exp(ws->c[L - 1] - ws->c[t]);
+    double cL = ws->c[L - 1];
+    for (int t = 0; t < L; t++) {
+        ws->ec[t] = vexp((float)ws->c[t]);
+        ws->w[t] = vexp((float)(cL - ws->c[t]));
+    }
 }
 
 /* Lm_ts = e^{c_t - c_s} for s <= t < L, else 0 (exponent <= 0 by construction). One exp per
@@ -121,9 +137,10 @@ static void chunk_lmat(Ws *ws, int L) {
     for (int t = 0; t < L; t++) {
         float *row = ws->Lm + (size_t)t * Q;
         if (t % LM_REFRESH == 0) {
-            for (int s = 0; s < t; s++) row[s] = expf((float)(ws->c[t] - ws->c[s]));
+            double ct = ws->c[t];
+            for (int s = 0; s < t; s++) row[s] = vexp((float)(ct - ws->c[s]));
         } else {
-            float alpha = expf((float)(ws->c[t] - ws->c[t - 1]));
+            float alpha = vexp((float)(ws->c[t] - ws->c[t - 1]));
             const float *prev = row - Q;
             for (int s = 0; s < t; s++) row[s] = prev[s] * alpha;
         }
@@ -132,20 +149,13 @@ static void chunk_lmat(Ws *ws, int L) {
     }
 }
 
-/* Gather a (L, P) block of a (B,T,H,P) tensor for (b, t0, h) into dst. */
-static void gather(float *dst, const float *src, const Dims *d, int b, int t0, int h, int L) {
-    for (int t = 0; t < L; t++)
-        memcpy(dst + (size_t)t * d->P, src + (((size_t)b * d->T + t0 + t) * d->H + h) * d->P,
-               sizeof(float) * d->P);
-}
-
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* Phase A for one (b, h): st:(nch, P, N) receives each chunk's entry state; hT:(P,N)|NULL.
  * Each state is computed in place in its slot: S_next = e^{c_L} S + (w o dt o X)^T B. */
 static void fwd_states(Ws *ws, float *st, float *hT, const float *h0, const Dims *d, int b, int h) {
     int P = d->P, N = d->N;
-    size_t PN = (size_t)P * N;
+    size_t PN = (size_t)P * N, ld = (size_t)d->H * P;
     float *cur = d->nch > 0 ? st : ws->S;
     if (h0) memcpy(cur, h0, sizeof(float) * PN);
     else memset(cur, 0, sizeof(float) * PN);
@@ -153,12 +163,11 @@ static void fwd_states(Ws *ws, float *st, float *hT, const float *h0, const Dims
         float *nxt = k + 1 < d->nch ? st + (size_t)(k + 1) * PN : hT;
         if (!nxt) break;
         int t0 = k * Q, L = imin(Q, d->T - t0);
-        const float *dtc = d->dt + ((size_t)b * d->T + t0) * d->H + h;
-        chunk_decay(ws, dtc, d->H, d->A[h], L);
-        gather(ws->X, d->x, d, b, t0, h, L);
+        chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
+        const float *X = d->x + head_off(d, b, t0, h); /* (L, P), row stride ld */
         for (int t = 0; t < L; t++) { /* Xw_s = e^{c_L - c_s} dt_s x_s */
-            float f = ws->w[t] * dtc[(size_t)t * d->H];
-            for (int p = 0; p < P; p++) ws->Xw[(size_t)t * P + p] = f * ws->X[(size_t)t * P + p];
+            float f = ws->w[t] * ws->dts[t];
+            for (int p = 0; p < P; p++) ws->Xw[(size_t)t * P + p] = f * X[t * ld + p];
         }
         float eL = ws->ec[L - 1];
         for (size_t i = 0; i < PN; i++) nxt[i] = eL * cur[i];
@@ -170,36 +179,35 @@ static void fwd_states(Ws *ws, float *st, float *hT, const float *h0, const Dims
 }
 
 /* Phase B for one (b, chunk k): y for every head, given the entry states st:(H, nch, P, N)
- * of sequence b. s0_zero: the entry state of chunk 0 is zero (no h0), skip its term. */
+ * of sequence b. s0_zero: the entry state of chunk 0 is zero (no h0), skip its term.
+ * y_t = (e^{c_t} S0 C_t + D x_t) + sum_{s<=t} M_ts x_s, the last product added in place. */
 static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims *d, int b, int k) {
-    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0);
+    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0), ld = d->H * P;
     const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
     const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
     memset(ws->G, 0, sizeof(float) * Q * Q);
     /* G_ts = C_t . B_s for s <= t */
     kseq_mm(ws->pk, L, L, N, Ck, N, 0, Bk, N, 1, ws->G, Q, KSEQ_TRI_J_LE_I);
     for (int h = 0; h < d->H; h++) {
-        const float *dtc = d->dt + ((size_t)b * d->T + t0) * d->H + h;
-        chunk_decay(ws, dtc, d->H, d->A[h], L);
-        gather(ws->X, d->x, d, b, t0, h, L);
+        chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
         chunk_lmat(ws, L);
         for (int t = 0; t < L; t++) /* M_ts = G_ts e^{c_t - c_s} dt_s (causal; Lm is 0 above) */
             for (int s = 0; s < L; s++)
-                ws->M[t * Q + s] = ws->G[t * Q + s] * ws->Lm[t * Q + s] * dtc[(size_t)s * d->H];
-        memset(ws->Y, 0, sizeof(float) * L * P);
+                ws->M[t * Q + s] = ws->G[t * Q + s] * ws->Lm[t * Q + s] * ws->dts[s];
+        const float *X = d->x + head_off(d, b, t0, h); /* (L, P) views, row stride ld */
+        float *Yo = y + head_off(d, b, t0, h), D = d->Dskip[h];
         if (!(k == 0 && s0_zero)) { /* inter-chunk term e^{c_t} S0 C_t */
             const float *S0 = st + ((size_t)h * d->nch + k) * P * N; /* (P, N) */
+            memset(ws->Y, 0, sizeof(float) * L * P);
             kseq_mm(ws->pk, L, P, N, Ck, N, 0, S0, N, 1, ws->Y, P, KSEQ_TRI_NONE);
             for (int t = 0; t < L; t++)
-                for (int p = 0; p < P; p++) ws->Y[(size_t)t * P + p] *= ws->ec[t];
+                for (int p = 0; p < P; p++)
+                    Yo[(size_t)t * ld + p] = ws->ec[t] * ws->Y[(size_t)t * P + p] + D * X[(size_t)t * ld + p];
+        } else {
+            for (int t = 0; t < L; t++)
+                for (int p = 0; p < P; p++) Yo[(size_t)t * ld + p] = D * X[(size_t)t * ld + p];
         }
-        kseq_mm(ws->pk, L, P, L, ws->M, Q, 0, ws->X, P, 0, ws->Y, P, KSEQ_TRI_K_LE_I);
-        float D = d->Dskip[h];
-        for (int t = 0; t < L; t++) {
-            float *yt = y + (((size_t)b * d->T + t0 + t) * d->H + h) * P;
-            const float *Yt = ws->Y + (size_t)t * P, *Xt = ws->X + (size_t)t * P;
-            for (int p = 0; p < P; p++) yt[p] = Yt[p] + D * Xt[p];
-        }
+        kseq_mm(ws->pk, L, P, L, ws->M, Q, 0, X, ld, 0, Yo, ld, KSEQ_TRI_K_LE_I);
     }
 }
 
@@ -208,9 +216,9 @@ static int group_size(int B, const float *saved) {
     return saved ? (B > 0 ? B : 1) : imin(B > 0 ? B : 1, 2 * max_threads());
 }
 
-void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *dt, const float *A,
-               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
-               int B, int T, int H, int P, int N) {
+void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const float *dt,
+                      const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                      const float *h0, int B, int T, int H, int P, int N) {
     CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
           B, T, H, P, N);
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
@@ -245,7 +253,7 @@ void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *d
 static void bwd_chain(Ws *ws, float *gse, float *dh0, const float *dhT, const float *dy,
                       const Dims *d, int b, int h) {
     int P = d->P, N = d->N;
-    size_t PN = (size_t)P * N;
+    size_t PN = (size_t)P * N, ld = (size_t)d->H * P;
     float *cur = d->nch > 0 ? gse + (size_t)(d->nch - 1) * PN : ws->S;
     if (dhT) memcpy(cur, dhT, sizeof(float) * PN);
     else memset(cur, 0, sizeof(float) * PN);
@@ -254,9 +262,9 @@ static void bwd_chain(Ws *ws, float *gse, float *dh0, const float *dhT, const fl
         if (!nxt) break;
         int t0 = k * Q, L = imin(Q, d->T - t0);
         chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
-        gather(ws->gY, dy, d, b, t0, h, L);
+        const float *gy = dy + head_off(d, b, t0, h); /* (L, P), row stride ld */
         for (int t = 0; t < L; t++)
-            for (int p = 0; p < P; p++) ws->gY[(size_t)t * P + p] *= ws->ec[t];
+            for (int p = 0; p < P; p++) ws->gY[(size_t)t * P + p] = ws->ec[t] * gy[t * ld + p];
         float eL = ws->ec[L - 1];
         for (size_t i = 0; i < PN; i++) nxt[i] = eL * cur[i];
         const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N; /* (L, N) */
@@ -273,58 +281,70 @@ typedef struct {
     double *pA, *pD;
 } Grads;
 
+/* sum_{s<=t} r_s in double with 8 fixed partial sums (vectorisable; order depends on t only). */
+static double row_sum(const double *r, int n) {
+    double acc[8] = {0};
+    int s = 0;
+    for (; s + 8 <= n; s += 8)
+        for (int l = 0; l < 8; l++) acc[l] += r[s + l];
+    double tot = 0;
+    for (; s < n; s++) tot += r[s];
+    for (int l = 0; l < 8; l++) tot += acc[l];
+    return tot;
+}
+
 /* Intra-chunk part of one head: y_t += sum_{s<=t} M_ts Xd_s with M = G o Lm. Sets ws->gXd = M^T dY
- * and ws->gc (the d/dc terms of Lm), adds this head's dL/dG = (dY Xd^T) o Lm into ws->gGs. */
-static void bwd_intra(Ws *ws, int L, int P) {
+ * and ws->gc (the d/dc terms of Lm), adds this head's dL/dG = (dY Xd^T) o Lm into ws->gGs.
+ * gy:(L, P) the head's dy, row stride ld. */
+static void bwd_intra(Ws *ws, const float *gy, int ld, int L, int P) {
     memset(ws->gM, 0, sizeof(float) * Q * Q);
-    kseq_mm(ws->pk, L, L, P, ws->gY, P, 0, ws->Xd, P, 1, ws->gM, Q, KSEQ_TRI_J_LE_I);
+    kseq_mm(ws->pk, L, L, P, gy, ld, 0, ws->Xd, P, 1, ws->gM, Q, KSEQ_TRI_J_LE_I);
     for (int t = 0; t < L; t++) {
         ws->gc[t] = 0;
         for (int s = 0; s < L; s++) ws->M[t * Q + s] = ws->G[t * Q + s] * ws->Lm[t * Q + s];
     }
     for (int t = 0; t < L; t++) { /* d/dc of e^{c_t - c_s}: +R_ts to c_t, -R_ts to c_s */
-        double rsum = 0;
+        const float *gm = ws->gM + t * Q, *mt = ws->M + t * Q, *lt = ws->Lm + t * Q;
+        float *gg = ws->gGs + t * Q;
         for (int s = 0; s <= t; s++) {
-            float gm = ws->gM[t * Q + s];
-            double r = (double)gm * ws->M[t * Q + s];
-            rsum += r;
+            double r = (double)gm[s] * mt[s];
+            ws->r[s] = r;
             ws->gc[s] -= r;
-            ws->gGs[t * Q + s] += gm * ws->Lm[t * Q + s];
+            gg[s] += gm[s] * lt[s];
         }
-        ws->gc[t] += rsum;
+        ws->gc[t] += row_sum(ws->r, t + 1);
     }
     memset(ws->gXd, 0, sizeof(float) * L * P);
-    kseq_mm(ws->pk, L, P, L, ws->M, Q, 1, ws->gY, P, 0, ws->gXd, P, KSEQ_TRI_K_GE_I);
+    kseq_mm(ws->pk, L, P, L, ws->M, Q, 1, gy, ld, 0, ws->gXd, P, KSEQ_TRI_K_GE_I);
 }
 
 /* Phase 2, one head h of chunk (b, k): uses ws->G; adds this head's dL/dG into ws->gGs and its
  * direct dBm/dCm terms into ws->gB, ws->gC. S0, gSe:(P,N) entry state and dL/dS_end. */
 static void bwd_head(Ws *ws, const Grads *g, const float *dy, const float *S0, const float *gSe,
                      const Dims *d, int b, int k, int h) {
-    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0), H = d->H;
+    int P = d->P, N = d->N, t0 = k * Q, L = imin(Q, d->T - t0), H = d->H, ld = H * P;
     const float *Bk = d->Bm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
     const float *Ck = d->Cm + ((size_t)b * d->T + t0) * N;  /* (L, N) */
-    const float *dtc = d->dt + ((size_t)b * d->T + t0) * H + h;
-    chunk_decay(ws, dtc, H, d->A[h], L);
+    const float *X = d->x + head_off(d, b, t0, h), *gy = dy + head_off(d, b, t0, h); /* (L,P), ld */
+    chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * H + h, H, d->A[h], L);
     chunk_lmat(ws, L);
-    gather(ws->X, d->x, d, b, t0, h, L);
-    gather(ws->gY, dy, d, b, t0, h, L);
     for (int s = 0; s < L; s++) {
-        float dts = dtc[(size_t)s * H];
-        for (int p = 0; p < P; p++) ws->Xd[(size_t)s * P + p] = dts * ws->X[(size_t)s * P + p];
+        float dts = ws->dts[s];
+        for (int p = 0; p < P; p++) ws->Xd[(size_t)s * P + p] = dts * X[(size_t)s * ld + p];
     }
-    bwd_intra(ws, L, P);
+    bwd_intra(ws, gy, ld, L, P);
     /* chunk-end state: S_end = e^{c_L} S0 + sum_s w_s Xd_s (x) B_s;  Z = B dS_end^T */
     memset(ws->Z, 0, sizeof(float) * L * P);
     kseq_mm(ws->pk, L, P, N, Bk, N, 0, gSe, N, 1, ws->Z, P, KSEQ_TRI_NONE);
     for (int s = 0; s < L; s++) {
         float *zs = ws->Z + (size_t)s * P, *xw = ws->Xw + (size_t)s * P, w = ws->w[s];
-        double u = (double)w * kseq_dot(ws->Xd + (size_t)s * P, zs, P);
+        const float *xd = ws->Xd + (size_t)s * P;
+        double u = (double)w * kseq_dot(xd, zs, P);
         ws->gc[s] -= u;
         ws->gc[L - 1] += u;
         for (int p = 0; p < P; p++) {
             ws->gXd[(size_t)s * P + p] += w * zs[p];
-            xw[p] = w * ws->Xd[(size_t)s * P + p];
+            xw[p] = w * xd[p];
         }
     }
     ws->gc[L - 1] += (double)ws->ec[L - 1] * kseq_dot(gSe, S0, P * N);
@@ -332,7 +352,7 @@ static void bwd_head(Ws *ws, const Grads *g, const float *dy, const float *S0, c
     kseq_mm(ws->pk, L, N, P, ws->Xw, P, 0, gSe, N, 0, ws->gB, N, KSEQ_TRI_NONE);
     /* inter-chunk: y_t += e^{c_t} S0 C_t;  Qm = dY S0 */
     memset(ws->Qm, 0, sizeof(float) * L * N);
-    kseq_mm(ws->pk, L, N, P, ws->gY, P, 0, S0, N, 0, ws->Qm, N, KSEQ_TRI_NONE);
+    kseq_mm(ws->pk, L, N, P, gy, ld, 0, S0, N, 0, ws->Qm, N, KSEQ_TRI_NONE);
     for (int t = 0; t < L; t++) {
         float e = ws->ec[t], *qt = ws->Qm + (size_t)t * N, *gct = ws->gC + (size_t)t * N;
         ws->gc[t] += (double)e * kseq_dot(qt, Ck + (size_t)t * N, N);
@@ -343,8 +363,8 @@ static void bwd_head(Ws *ws, const Grads *g, const float *dy, const float *S0, c
     float A = d->A[h], D = d->Dskip[h];
     for (int s = L - 1; s >= 0; s--) {
         ga += ws->gc[s];
-        float dts = dtc[(size_t)s * H];
-        const float *xs = ws->X + (size_t)s * P, *gys = ws->gY + (size_t)s * P;
+        float dts = ws->dts[s];
+        const float *xs = X + (size_t)s * ld, *gys = gy + (size_t)s * ld;
         const float *gxs = ws->gXd + (size_t)s * P;
         pA += ga * dts;
         pD += kseq_dot(gys, xs, P);
@@ -384,10 +404,10 @@ static void bwd_chunk(Ws *ws, const Grads *g, float *dBm, float *dCm, const floa
         for (size_t i = 0; i < (size_t)L * N; i++) dBm[o + i] += ws->gB[i];
 }
 
-void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
-               const float *dy, const float *dhT, const float *x, const float *dt, const float *A,
-               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
-               const float *saved, int B, int T, int H, int P, int N) {
+void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD,
+                      float *dh0, const float *dy, const float *dhT, const float *x, const float *dt,
+                      const float *A, const float *Bm, const float *Cm, const float *Dskip,
+                      const float *h0, const float *saved, int B, int T, int H, int P, int N) {
     CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
           B, T, H, P, N);
     CHECK(saved || T == 0, "ssd_bwd: saved is NULL (run the forward with saved)");
@@ -426,6 +446,27 @@ void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *
         if (dA) dA[h] += (float)sa;
         if (dD) dD[h] += (float)sd;
     }
+}
+
+/* ---- dispatch (ssd_paths.h) ----------------------------------------------------------------- */
+
+void k_ssd_fwd(float *y, float *saved, float *hT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               int B, int T, int H, int P, int N) {
+    if (kssd_use_scan(P, N)) kssd_scan_fwd(y, saved, hT, x, dt, A, Bm, Cm, Dskip, h0, B, T, H, P, N);
+    else kssd_chunked_fwd(y, saved, hT, x, dt, A, Bm, Cm, Dskip, h0, B, T, H, P, N);
+}
+
+void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
+               const float *dy, const float *dhT, const float *x, const float *dt, const float *A,
+               const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+               const float *saved, int B, int T, int H, int P, int N) {
+    if (kssd_use_scan(P, N))
+        kssd_scan_bwd(dx, ddt, dA, dBm, dCm, dD, dh0, dy, dhT, x, dt, A, Bm, Cm, Dskip, h0, saved, B,
+                      T, H, P, N);
+    else
+        kssd_chunked_bwd(dx, ddt, dA, dBm, dCm, dD, dh0, dy, dhT, x, dt, A, Bm, Cm, Dskip, h0, saved,
+                         B, T, H, P, N);
 }
 
 /* ---- single-token step ---------------------------------------------------------------------- */

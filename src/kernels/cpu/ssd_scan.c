@@ -1,0 +1,334 @@
+/* cpu/ssd_scan.c: the Mamba2 SSD scan (spec implicit-lm §1.4) in its recurrent form, the fast path
+ * for small states (kssd_use_scan). Same contract as k_ssd_fwd / k_ssd_bwd (kernels.h), and the
+ * same `saved` (the chunk-entry states, (B, H, nchunks, P, N)), so either path's backward can
+ * follow either path's forward, and the reference's.
+ *
+ * Why two paths: the chunked form (cpu/ssd.c) turns the scan into small matrix products, but pays
+ * O(Q^2) elementwise work per chunk and head (the decay matrix, its gradients) and tile overheads
+ * that dominate when P and N are small (P = N = 16: a product of 64 x 16 x 16 is a few hundred
+ * cycles). The recurrence costs O(P N) per token and head, with no waste:
+ *   fwd   S_t = a_t S_{t-1} + dt_t x_t (x) B_t,  a_t = exp(dt_t A);   y_t = S_t C_t + D x_t
+ *   bwd   G_t = dL/dS_t = dy_t (x) C_t + a_{t+1} G_{t+1}   (G_{T-1} starts from dhT)
+ *         dx_t += dt_t G_t B_t + D dy_t;   dB_t += dt_t G_t^T x_t;   dC_t += S_t^T dy_t
+ *         ddt_t += x_t . G_t B_t + <G_t, S_{t-1}> a_t A;   dA += <G_t, S_{t-1}> a_t dt_t
+ *         dD += dy_t . x_t;   dh0 += a_0 G_0
+ * (the reference's equations, ref/ssd.c). Every product is a vector operation along P or N with
+ * no horizontal sum inside a loop: the forward keeps S transposed, (N, P), so y_t = sum_n C_t[n]
+ * S^T[n, :]; the backward keeps G in both layouts (G rows for dB, G^T rows for G B) and recomputes
+ * each chunk's states S_t (P, N) from `saved` into scratch (dC needs S_t, ddt needs S_{t-1}).
+ *
+ * Threads (deterministic at any count): the forward runs one (b, h) per item; the backward one
+ * sequence b per item with its heads in order, so dBm, dCm (sums over heads) are accumulated by one
+ * thread in head order; dA, dD partials per (b, h) are summed over b in a fixed order at the end.
+ * Scratch (kscratch.h, persistent): per thread P N + Q floats in the forward, (Q + 3) P N + Q in
+ * the backward, plus 2 B H doubles.
+ * Out of scope: large states (the chunked form is faster there: its products run near FMA peak),
+ * rows that are not whole vectors (P, N multiples of VW; kssd_use_scan says no otherwise).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "../../core/check.h"
+#include "kscratch.h"
+#include "ssd_paths.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define Q SSD_CHUNK
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Vectors of VW floats (GNU vector extension, as cpu/seq_mm.c): state rows along P or N are whole
+ * vectors, so every update is a vector FMA, and for P = N = 16 the compiler keeps the states in
+ * registers. Loads and stores of the caller's arrays go through memcpy (no alignment assumed). */
+#if defined(__AVX512F__)
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+/* Vectors in the largest state the scan takes (kssd_use_scan: P N <= 256). */
+#define MAXV (256 / VW)
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* Lane sum in a fixed order (the same on every thread). */
+static inline float vsum(vf v) {
+    float s = 0.0f;
+    for (int l = 0; l < VW; l++) s += v[l];
+    return s;
+}
+
+/* The recurrence beats the chunked products while the state is a handful of vectors (measured
+ * with the kernels alone, 1 thread: P = N = 16 fwd+bwd ~3x faster; P = N = 32 slower). */
+int kssd_use_scan(int P, int N) { return P % VW == 0 && N % VW == 0 && (size_t)P * N <= 256; }
+
+/* dst (cols, rows) = src (rows, cols) transposed. */
+static void transpose(float *dst, const float *src, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+/* Views of one (b, h): x, y rows H*P apart, dt H apart, Bm, Cm N apart. */
+typedef struct {
+    const float *x, *dt, *Bm, *Cm;
+    float A, D;
+    int T, H, P, N;
+} BhIn;
+
+/* at[i] = exp(dt_{t0+i} A), i < L: computed before the token loops, because a libm call inside
+ * them would spill every vector register holding the state. */
+static void decays(float *at, const BhIn *v, int t0, int L) {
+    for (int i = 0; i < L; i++) at[i] = expf(v->dt[(size_t)(t0 + i) * v->H] * v->A);
+}
+
+/* Tokens [t0, t1) of one (b, h); ST:(N, P/VW) vectors, the running state transposed; at:(t1-t0)
+ * the decays. always_inline so that the call with constant P, N (fwd_run_any) gets fully
+ * unrolled code. */
+static inline __attribute__((always_inline)) void fwd_run(float *y, vf *ST, const float *at,
+                                                          const BhIn *v, int t0, int t1,
+                                                          const int P, const int N) {
+    const size_t ld = (size_t)v->H * P;
+    const int NP = P / VW;
+    vf st[MAXV]; /* a local copy: no store through y can alias it, so it can live in registers */
+    memcpy(st, ST, sizeof(vf) * N * NP);
+    for (int t = t0; t < t1; t++) {
+        const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
+        float dtt = v->dt[(size_t)t * v->H], a = at[t - t0];
+        for (int j = 0; j < NP; j++) {
+            vf x = vload(xt + j * VW), yp[4] = {{0}};
+            for (int n = 0; n < N; n++) { /* S^T[n] = a S^T[n] + (dt B[n]) x;  y += C[n] S^T[n] */
+                vf s = a * st[n * NP + j] + (dtt * bt[n]) * x;
+                st[n * NP + j] = s;
+                yp[n & 3] += ct[n] * s; /* 4 partial sums: FMA latency, not a 16-long chain */
+            }
+            vstore(y + t * ld + j * VW, v->D * x + ((yp[0] + yp[1]) + (yp[2] + yp[3])));
+        }
+    }
+    memcpy(ST, st, sizeof(vf) * N * NP);
+}
+
+/* Generic and specialised copies of fwd_run (P, N compile-time constants in the latter). */
+static void fwd_run_any(float *y, vf *ST, const float *at, const BhIn *v, int t0, int t1) {
+    if (v->P == 16 && v->N == 16) fwd_run(y, ST, at, v, t0, t1, 16, 16);
+    else fwd_run(y, ST, at, v, t0, t1, v->P, v->N);
+}
+
+/* One (b, h): saved_bh:(nch, P, N)|NULL, hT:(P, N)|NULL, h0:(P, N)|NULL; ws: P N + Q floats. */
+static void fwd_bh(float *y, float *saved_bh, float *hT, const float *h0, float *ws, const BhIn *v) {
+    int P = v->P, N = v->N;
+    size_t PN = (size_t)P * N;
+    float *ST = ws, *at = ws + PN; /* (N, P) running state (ws 64-byte aligned, P a multiple of
+                                    * VW), (Q) decays of a chunk */
+    if (h0) transpose(ST, h0, P, N);
+    else memset(ST, 0, sizeof(float) * PN);
+    for (int t0 = 0; t0 < v->T; t0 += Q) {
+        int t1 = imin(v->T, t0 + Q);
+        if (saved_bh) transpose(saved_bh + (size_t)(t0 / Q) * PN, ST, N, P);
+        decays(at, v, t0, t1 - t0);
+        fwd_run_any(y, (vf *)(void *)ST, at, v, t0, t1);
+    }
+    if (hT) transpose(hT, ST, N, P);
+}
+
+void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const float *dt, const float *A,
+                   const float *Bm, const float *Cm, const float *Dskip, const float *h0, int B, int T,
+                   int H, int P, int N) {
+    CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
+          B, T, H, P, N);
+    CHECK(kssd_use_scan(P, N), "ssd scan: P=%d N=%d not supported (use the chunked form)", P, N);
+    size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q, wsz = (PN + Q + 15) / 16 * 16;
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * max_threads());
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * H; i++) {
+        int b = i / H, h = i % H;
+        size_t xo = (size_t)b * T * H * P + (size_t)h * P;
+        BhIn v = {x + xo, dt + (size_t)b * T * H + h, Bm + (size_t)b * T * N, Cm + (size_t)b * T * N,
+                  A[h], Dskip[h], T, H, P, N};
+        fwd_bh(y + xo, saved ? saved + (size_t)i * nch * PN : NULL, hT ? hT + (size_t)i * PN : NULL,
+               h0 ? h0 + (size_t)i * PN : NULL, wsbuf + wsz * thread_id(), &v);
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* Gradient views of one (b, h) (NULL = not wanted) and its dA, dD partials. */
+typedef struct {
+    float *dx, *ddt, *dBm, *dCm;
+    double pA, pD;
+} BhOut;
+
+/* dst[0 .. VW) += v */
+static inline void vadd_to(float *dst, vf v) { vstore(dst, vload(dst) + v); }
+
+/* Chunk [t0, t0 + L) in reverse. St:(L+1, P, N) holds S_{t0-1 .. t0+L-1}; G:(P, N) and GT:(N, P)
+ * (vectors along N and along P) enter holding a_{t0+L} dL/dS_{t0+L} (or dhT) and leave holding
+ * a_{t0} dL/dS_{t0}. */
+static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *GT, const float *St,
+                                                          const float *at, const float *dy,
+                                                          const BhIn *v, int t0, int L, const int P,
+                                                          const int N) {
+    const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
+    const int NP = P / VW, NN = N / VW;
+    vf Gl[MAXV], GTl[MAXV]; /* local copies (see fwd_run) */
+    memcpy(Gl, G, sizeof(vf) * P * NN);
+    memcpy(GTl, GT, sizeof(vf) * N * NP);
+    for (int i = L - 1; i >= 0; i--) {
+        int t = t0 + i;
+        const float *xt = v->x + t * ld, *gy = dy + t * ld;
+        const float *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
+        const float *Sp = St + (size_t)i * PN, *Sc = Sp + PN; /* S_{t-1}, S_t */
+        float dtt = v->dt[(size_t)t * v->H], a = at[i];
+        /* G_t = (what came from t+1) + dy_t (x) C_t, in both layouts */
+        for (int p = 0; p < P; p++)
+            for (int j = 0; j < NN; j++) Gl[p * NN + j] += gy[p] * vload(ct + j * VW);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < NP; j++) GTl[n * NP + j] += ct[n] * vload(gy + j * VW);
+        /* <G_t, S_{t-1}>;  dC_t += sum_p dy[p] S_t[p,:];  dB_t += dt sum_p x[p] G[p,:]
+         * (each sum in 4 partials, combined in a fixed order: FMA latency, not a P-long chain) */
+        vf ga[4] = {{0}};
+        for (int j = 0; j < NN; j++) {
+            vf dc[4] = {{0}}, db[4] = {{0}};
+            for (int p = 0; p < P; p++) {
+                vf g = Gl[p * NN + j];
+                ga[p & 3] += g * vload(Sp + (size_t)p * N + j * VW);
+                dc[p & 3] += gy[p] * vload(Sc + (size_t)p * N + j * VW);
+                db[p & 3] += xt[p] * g;
+            }
+            if (o->dCm) vadd_to(o->dCm + (size_t)t * N + j * VW, (dc[0] + dc[1]) + (dc[2] + dc[3]));
+            if (o->dBm)
+                vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * ((db[0] + db[1]) + (db[2] + db[3])));
+        }
+        /* gb = G_t B_t (along P, from G^T);  dx += dt gb + D dy */
+        vf gdt = {0}, gd = {0};
+        for (int j = 0; j < NP; j++) {
+            vf gp[4] = {{0}}, x = vload(xt + j * VW), g = vload(gy + j * VW);
+            for (int n = 0; n < N; n++) gp[n & 3] += bt[n] * GTl[n * NP + j];
+            vf gb = (gp[0] + gp[1]) + (gp[2] + gp[3]);
+            gdt += gb * x;
+            gd += g * x;
+            if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * gb + v->D * g);
+        }
+        float g_alpha = vsum((ga[0] + ga[1]) + (ga[2] + ga[3]));
+        o->pD += vsum(gd);
+        /* a_t = exp(dt A): d a / d dt = a A, d a / d A = a dt */
+        if (o->ddt) o->ddt[(size_t)t * v->H] += vsum(gdt) + g_alpha * a * v->A;
+        o->pA += (double)g_alpha * a * dtt;
+        for (int j = 0; j < P * NN; j++) Gl[j] *= a; /* now a_t dL/dS_t */
+        for (int j = 0; j < N * NP; j++) GTl[j] *= a;
+    }
+    memcpy(G, Gl, sizeof(vf) * P * NN);
+    memcpy(GT, GTl, sizeof(vf) * N * NP);
+}
+
+/* States S_{t0-1 .. t0+L-1} of one chunk into St:(L+1, P, N), from the entry state S0:(P, N). */
+static inline __attribute__((always_inline)) void states_run(float *St, const float *S0,
+                                                             const float *at, const BhIn *v, int t0,
+                                                             int L, const int P, const int N) {
+    const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
+    memcpy(St, S0, sizeof(float) * PN);
+    for (int i = 0; i < L; i++) {
+        int t = t0 + i;
+        const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *Sp = St + (size_t)i * PN;
+        float *Sn = St + (size_t)(i + 1) * PN, dtt = v->dt[(size_t)t * v->H], a = at[i];
+        for (int j = 0; j < N / VW; j++) {
+            vf b = dtt * vload(bt + j * VW);
+            for (int p = 0; p < P; p++)
+                vstore(Sn + (size_t)p * N + j * VW, a * vload(Sp + (size_t)p * N + j * VW) + xt[p] * b);
+        }
+    }
+}
+
+/* One (b, h): all chunks in reverse. G0 = dhT or NULL; dh0 (P, N) += a_0 G_0 when not NULL.
+ * ws: (Q + 3) P N + Q floats, 64-byte aligned. */
+static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh, const float *dy,
+                   float *ws, const BhIn *v) {
+    int P = v->P, N = v->N, nch = (v->T + Q - 1) / Q;
+    size_t PN = (size_t)P * N;
+    float *G = ws, *GT = G + PN, *St = GT + PN; /* P, N are multiples of VW: vf-aligned */
+    float *at = St + ((size_t)Q + 1) * PN;      /* (Q) decays of a chunk */
+    if (dhT) {
+        memcpy(G, dhT, sizeof(float) * PN);
+        transpose(GT, dhT, P, N);
+    } else {
+        memset(G, 0, sizeof(float) * 2 * PN);
+    }
+    for (int k = nch - 1; k >= 0; k--) {
+        int t0 = k * Q, L = imin(Q, v->T - t0);
+        const float *S0 = saved_bh + (size_t)k * PN;
+        decays(at, v, t0, L);
+        if (P == 16 && N == 16) {
+            states_run(St, S0, at, v, t0, L, 16, 16);
+            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, 16, 16);
+        } else {
+            states_run(St, S0, at, v, t0, L, P, N);
+            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, P, N);
+        }
+    }
+    if (dh0)
+        for (size_t j = 0; j < PN; j++) dh0[j] += G[j];
+}
+
+void kssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,
+                   const float *dy, const float *dhT, const float *x, const float *dt, const float *A,
+                   const float *Bm, const float *Cm, const float *Dskip, const float *h0,
+                   const float *saved, int B, int T, int H, int P, int N) {
+    CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
+          B, T, H, P, N);
+    CHECK(saved || T == 0, "ssd_bwd: saved is NULL (run the forward with saved)");
+    CHECK(kssd_use_scan(P, N), "ssd scan: P=%d N=%d not supported (use the chunked form)", P, N);
+    (void)h0; /* the entry state of chunk 0 is in saved */
+    size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q;
+    size_t wsz = ((3 + (size_t)Q) * PN + Q + 15) / 16 * 16;
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * max_threads());
+    double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * H + 1)); /* pA, pD */
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
+        float *ws = wsbuf + wsz * thread_id();
+        for (int h = 0; h < H; h++) { /* heads in order: dBm, dCm sum over them */
+            size_t bh = (size_t)b * H + h, xo = (size_t)b * T * H * P + (size_t)h * P;
+            size_t dto = (size_t)b * T * H + h, bo = (size_t)b * T * N;
+            BhIn v = {x + xo, dt + dto, Bm + bo, Cm + bo, A[h], Dskip[h], T, H, P, N};
+            BhOut o = {dx ? dx + xo : NULL, ddt ? ddt + dto : NULL, dBm ? dBm + bo : NULL,
+                       dCm ? dCm + bo : NULL, 0, 0};
+            bwd_bh(&o, dh0 ? dh0 + bh * PN : NULL, dhT ? dhT + bh * PN : NULL,
+                   saved ? saved + bh * nch * PN : NULL, dy + xo, ws, &v);
+            part[2 * bh] = o.pA;
+            part[2 * bh + 1] = o.pD;
+        }
+    }
+    for (int h = 0; h < H; h++) { /* fixed-order reduction over b */
+        double sa = 0, sd = 0;
+        for (int b = 0; b < B; b++) {
+            sa += part[2 * ((size_t)b * H + h)];
+            sd += part[2 * ((size_t)b * H + h) + 1];
+        }
+        if (dA) dA[h] += (float)sa;
+        if (dD) dD[h] += (float)sd;
+    }
+}
