@@ -4,8 +4,10 @@
  *   mamba2_small  D=64,  N=16,  E=128,  P=16,  B=32, T=256
  *   mamba2_large  D=256, N=128, E=1024, P=64,  B=32, T=256
  *   llama         D=256, 4 heads, d_inner 1024 (SwiGLU h=682), B=32, T=256
- * Output: one parseable line per case, `implicit <case> fwdbwd_tok_s=... ms=...`.
- * Usage: bench_layers [--quick] [--cases a,b]
+ * Output: one parseable line per case, `implicit <case> fwdbwd_tok_s=... ms=... cpu_ms=...` (wall and
+ * process-CPU milliseconds, medians; cpu_ms is the steadier one for 1-thread runs on a busy machine).
+ * Usage: bench_layers [--quick] [--cases a,b] [--repeats N]   (N timed repeats after one warm-up;
+ *        default 5, --quick 2; the median is reported)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,14 @@ static float *randn(size_t n, Rng *r, float s) {
     float *x = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = s * rng_normal(r);
     return x;
+}
+
+/* CPU seconds of the whole process (all threads): on a shared machine, time slices lost to other
+ * jobs do not count, so single-thread comparisons are steadier than with the wall clock. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -80,31 +90,33 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     float *cache = malloc(block_cache_floats(&bc, B, T) * sizeof(float));
     float *scratch = malloc(block_scratch_floats(&bc, B, T) * sizeof(float));
     BlockMasks none = {0};
-    double *ts = malloc(sizeof(double) * (size_t)repeats);
+    double *ts = malloc(sizeof(double) * (size_t)repeats), *cs = malloc(sizeof(double) * (size_t)repeats);
     for (int i = 0; i < warmup + repeats; i++) {
-        double t0 = timer_now();
+        double t0 = timer_now(), c0 = cpu_now();
         block_fwd(&bc, &w, zo, z, NULL, &none, cache, scratch, NULL, B, T);
         block_bwd(&bc, &w, &dw, dz, NULL, dzo, z, NULL, &none, cache, scratch, B, T);
-        if (i >= warmup) ts[i - warmup] = timer_now() - t0;
+        if (i >= warmup) ts[i - warmup] = timer_now() - t0, cs[i - warmup] = cpu_now() - c0;
     }
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
+    qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f B=%d T=%d D=%d threads=%d blas=%s\n", c->name, B * T / s, s * 1e3, B, T,
-           D, k_get_threads(), k_blas_name());
+    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s\n", c->name,
+           B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name());
     fflush(stdout);
-    free(ts); free(z); free(zo); free(dzo); free(dz); free(cache); free(scratch);
+    free(ts); free(cs); free(z); free(zo); free(dzo); free(dz); free(cache); free(scratch);
     /* weights are leaked on purpose: a bench process exits right after */
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, repeats = 0;
     const char *cases = "mamba2_small,mamba2_large,llama";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
-        else { fprintf(stderr, "usage: bench_layers [--quick] [--cases a,b]\n"); return 1; }
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: bench_layers [--quick] [--cases a,b] [--repeats N]\n"); return 1; }
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++)
-        if (strstr(cases, CASES[i].name)) run(&CASES[i], 32, 256, 1, quick ? 2 : 5);
+        if (strstr(cases, CASES[i].name)) run(&CASES[i], 32, 256, 1, repeats > 0 ? repeats : quick ? 2 : 5);
     return 0;
 }

@@ -3,7 +3,8 @@
  * train_* cases, so bench/run.sh prints the ratio:
  *   train_small  mamba2, 2 layers, D=64,  E=128,  N=16,  P=16, V=240, B=32, T=256
  *   train_large  mamba2, 2 layers, D=256, E=1024, N=128, P=64, V=240, B=32, T=256
- * Output: `implicit <case> step_tok_s=... ms=...`. Usage: bench_train [--quick] [--cases a,b]
+ * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=...` (wall / process-CPU ms, medians). Usage: bench_train [--quick] [--cases a,b] [--repeats N]
+ * (N timed repeats after one warm-up; default 5, --quick 2; the median is reported)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,14 @@ static const Case CASES[] = {
     {"train_small", "64", "2", "16", "16"},
     {"train_large", "256", "4", "128", "64"},
 };
+
+/* CPU seconds of the whole process (all threads): on a shared machine, time slices lost to other
+ * jobs do not count, so single-thread comparisons are steadier than with the wall clock. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -47,35 +56,37 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     Rng r;
     rng_seed(&r, 3, 0);
     for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, 240), tg[i] = (int)rng_below(&r, 240);
-    double *ts = malloc(sizeof(double) * (size_t)repeats);
+    double *ts = malloc(sizeof(double) * (size_t)repeats), *cs = malloc(sizeof(double) * (size_t)repeats);
     for (int i = 0; i < warmup + repeats; i++) {
-        double t0 = timer_now();
+        double t0 = timer_now(), c0 = cpu_now();
         float loss;
         CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
         model_zero_grad(&m);
         model_bwd(&m);
         adamw_step(&opt, &m, 1e-4f);
-        if (i >= warmup) ts[i - warmup] = timer_now() - t0;
+        if (i >= warmup) ts[i - warmup] = timer_now() - t0, cs[i - warmup] = cpu_now() - c0;
     }
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
+    qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s step_tok_s=%.1f ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s\n", c->name, B * T / s,
-           s * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(), k_blas_name());
+    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s\n", c->name, B * T / s,
+           s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(), k_blas_name());
     fflush(stdout);
-    free(ts); free(ids); free(tg);
+    free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);
     model_free(&m);
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, repeats = 0;
     const char *cases = "train_small,train_large";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
-        else { fprintf(stderr, "usage: bench_train [--quick] [--cases a,b]\n"); return 1; }
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: bench_train [--quick] [--cases a,b] [--repeats N]\n"); return 1; }
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++)
-        if (strstr(cases, CASES[i].name)) run(&CASES[i], 32, 256, 1, quick ? 2 : 5);
+        if (strstr(cases, CASES[i].name)) run(&CASES[i], 32, 256, 1, repeats > 0 ? repeats : quick ? 2 : 5);
     return 0;
 }

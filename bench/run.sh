@@ -20,19 +20,19 @@ if [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 
     echo "== torch_bench.py --threads $threads $*"
     /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" || { echo "torch_bench.py failed"; status=1; }
     echo
-    echo "== implicit vs PyTorch ($threads threads; tokens/s of forward+backward, or of a full training step)"
+    echo "== implicit vs PyTorch ($threads threads; throughput of each case, higher is better)"
     awk '
         /^(implicit|torch) / {
             side = $1; name = $2; split($3, kv, "="); val[side, name] = kv[2]; unit[name] = kv[1]
             if (!(name in seen)) { seen[name] = 1; order[n++] = name }
         }
         END {
-            printf "| %-14s | %-12s | %14s | %14s | %7s |\n", "case", "metric", "implicit", "pytorch", "ratio"
-            printf "|----------------|--------------|----------------|----------------|---------|\n"
+            printf "| %-16s | %-12s | %14s | %14s | %7s |\n", "case", "metric", "implicit", "pytorch", "ratio"
+            printf "|------------------|--------------|----------------|----------------|---------|\n"
             for (i = 0; i < n; i++) {
                 c = order[i]
                 if (((("implicit", c) in val)) && ((("torch", c) in val)))
-                    printf "| %-14s | %-12s | %14.1f | %14.1f | %6.2fx |\n", c, unit[c], val["implicit", c], val["torch", c], val["implicit", c] / val["torch", c]
+                    printf "| %-16s | %-12s | %14.1f | %14.1f | %6.2fx |\n", c, unit[c], val["implicit", c], val["torch", c], val["implicit", c] / val["torch", c]
             }
         }' "$out"
 fi

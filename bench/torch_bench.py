@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference timings for `make bench`: forward+backward tokens/s of one layer.
+"""PyTorch reference timings for `make bench`: layers, training steps, implicit models.
 
 What: one Mamba2 block (RMSNorm + mixer + residual, spec §1.3/§1.4) at two sizes and one Llama block
 (RMSNorm + RoPE causal attention + residual, RMSNorm + SwiGLU + residual, §1.5/§1.6), B=32, T=256,
@@ -11,7 +11,17 @@ Output: one parseable line per case, e.g.
   torch mamba2_small fwdbwd_tok_s=12345.6 ms=663.1 B=32 T=256 D=64 N=16 E=128 P=16 chunk=64 threads=2
         blas=openblas-pthread blas_threads=2 torch_blas_info=generic torch=1.13.0a0   (one line)
 tokens/s = B*T / (median seconds of one forward+backward), after one warm-up run.
-Out of scope: implicit models, GPUs, bf16.
+Implicit Mamba2 LM (imp_* cases, bench/bench_implicit.c has the same table and semantics; spec
+implicit-lm §2-§6; same math as tests/ref/gen_implicit.py, rel. error ~1e-6 when written): 1 layer, V=240, weight norm W = g v/|v|
+recomputed once per step, injection u = Linear(RMSNorm(emb)) + bias added to in_proj's output, f = norm_f
+(block(z, u)), tau 0.8, tolerance 0 so no loop stops early:
+  imp_train_*  "32+4": 32 undamped Picard calls under no_grad (per-sample lowest residual kept), 4 relaxed
+               steps with autograd, tied head + CE, backward, clip 1, AdamW           -> step_tok_s
+  imp_eval_*   damped evaluation loop, 31 calls + the final call, logits            -> eval_tok_s
+  imp_gen_b*   greedy generation of 256 tokens, per token 7 loop calls of the Mamba2 step form with
+               conv/ssm caches read-only + 1 committing call                          -> gen_tok_s (all
+               sequences' tokens per second) and gen_ms_tok
+Out of scope: GPUs, bf16, Anderson/IFT training, implicit Llama.
 
 Run with Debian's torch: /usr/bin/python3 bench/torch_bench.py [--threads N] [--quick]
 BLAS: Debian's python3-torch is built with BLAS_INFO=generic, i.e. it calls whatever libblas.so.3 the
@@ -32,53 +42,29 @@ import os
 import sys
 import time
 
+# Implicit Mamba2 cases, the same table as bench/bench_implicit.c (the large ones at B=8: at B=32 one
+# training step here takes about 25 s on one core):
+#   name: (kind, size, B, T (generated tokens for "gen"), timed repeats, timed repeats with --quick)
+IMP_CASES = {
+    "imp_train_small": ("train", "small", 32, 256, 5, 2),
+    "imp_train_large": ("train", "large", 8, 256, 3, 2),
+    "imp_eval_small": ("eval", "small", 32, 256, 5, 2),
+    "imp_eval_large": ("eval", "large", 8, 256, 3, 2),
+    "imp_gen_b1": ("gen", "small", 1, 256, 5, 2),
+    "imp_gen_b32": ("gen", "small", 32, 256, 5, 2),
+}
+IMP_SIZES = {"small": (64, 16, 128, 16), "large": (256, 128, 1024, 64)}   # D, N, E, P
+IMP_V, IMP_TAU, IMP_SOLVE, IMP_GRAD, IMP_EVAL, IMP_GEN = 240, 0.8, 32, 4, 32, 8
+
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch.set_num_threads and OpenBLAS/OpenMP pool size (default: all cores)")
-    ap.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed repeats (default 1 + 5)")
-    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large",
+    ap.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed repeats (default 1 + 5; imp_*_large: 1 + 3)")
+    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large," + ",".join(IMP_CASES),
                     help="comma-separated subset")
     return ap.parse_args(argv)
-
-    # Full training step of the explicit Mamba2 LM at the state-tracking sizes (bench/bench_train.c):
-    # embedding (V=240) -> 2 blocks -> norm_f -> tied head -> CE, then AdamW.
-    tsizes = {"train_small": (64, 16, 128, 16), "train_large": (256, 128, 1024, 64)}
-    for name in ("train_small", "train_large"):
-        if name not in cases:
-            continue
-        D, N, E, P = tsizes[name]
-        V = 240
-        blocks = [mamba2_params(D, N, E, P) for _ in range(2)]
-        emb = (torch.randn(V, D) * 0.02).requires_grad_(True)
-        norm_f = torch.ones(D, requires_grad=True)
-        leaves = [emb, norm_f] + [v for b in blocks for v in b.values() if isinstance(v, torch.Tensor)]
-        opt = torch.optim.AdamW(leaves, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-        ids = torch.randint(0, V, (Bsz, T))
-        tgt = torch.randint(0, V, (Bsz, T))
-
-        def train_step():
-            h = emb[ids]
-            for b in blocks:
-                h = mamba2_block(b, h)
-            logits = rmsnorm(h, norm_f) @ emb.t()
-            loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        times = []
-        for i in range(warmup + repeats):
-            t0 = time.perf_counter()
-            train_step()
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        times.sort()
-        s = times[(len(times) - 1) // 2]
-        nparams = sum(v.numel() for v in leaves)
-        print(f"torch {name} step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} params={nparams} "
-              f"{tail}", flush=True)
 
 
 if __name__ == "__main__":
@@ -173,22 +159,29 @@ def mamba2_params(D, N, E, P, W=4):
     }
 
 
-def mamba2_block(p, x):
-    """x + mixer(RMSNorm(x)); x (B,T,D)."""
+def mamba2_mixer(p, xn, u3=None):
+    """Mamba2 mixer of normalised xn (B,T,D) -> (B,T,D). u3: the implicit injection (spec implicit-lm
+    §2.1) as its three row blocks (z, xBC, dt parts), added to in_proj's outputs, or None."""
     D, N, E, P, H, C, W = p["dims"]
-    Bsz, T, _ = x.shape
-    xn = rmsnorm(x, p["norm"])
+    Bsz, T, _ = xn.shape
     # in_proj as three matmuls on row blocks of one weight: same math as one matmul + split, but the
     # backward avoids zero-filling and copying a (B,T,K) gradient for the split.
     Wz, Wx, Wdt = torch.split(p["in_proj"], [E, C, H], dim=0)
     z, xBC, dtraw = xn @ Wz.t(), xn @ Wx.t(), xn @ Wdt.t()
+    if u3 is not None:
+        z, xBC, dtraw = z + u3[0], xBC + u3[1], dtraw + u3[2]
     xBC = F.conv1d(F.pad(xBC.transpose(1, 2), (W - 1, 0)), p["conv_w"], p["conv_b"], groups=C)
     xBC = F.silu(xBC).transpose(1, 2)
     xs, Bm, Cm = torch.split(xBC, [E, N, N], dim=-1)
     dt = F.softplus(dtraw + p["dt_bias"])
     y, _ = ssd_chunked(xs.reshape(Bsz, T, H, P), dt, -torch.exp(p["A_log"]), Bm, Cm, p["D"], chunk=64)
     v = y.reshape(Bsz, T, E) * F.silu(z)
-    return x + rmsnorm(v, p["gnorm"]) @ p["out_proj"].t()
+    return rmsnorm(v, p["gnorm"]) @ p["out_proj"].t()
+
+
+def mamba2_block(p, x):
+    """x + mixer(RMSNorm(x)); x (B,T,D)."""
+    return x + mamba2_mixer(p, rmsnorm(x, p["norm"]))
 
 
 def llama_params(D, n_head, d_inner):
@@ -229,6 +222,107 @@ def llama_block(p, x, cos, sin, mask):
     x = x + o @ p["wo"].t()
     xn = rmsnorm(x, p["norm2"])
     return x + (F.silu(xn @ p["w1"].t()) * (xn @ p["w3"].t())) @ p["fc2"].t()
+
+
+# ---------------------------------------------------------------------------------------------
+# Implicit Mamba2 LM (spec implicit-lm §2-§6; same math as tests/ref/gen_implicit.py)
+# ---------------------------------------------------------------------------------------------
+
+IMP_WN = ("in_proj", "conv_w", "out_proj", "inj_w")   # every Linear / Conv1d weight (spec §6)
+
+
+def imp_params(D, N, E, P, V):
+    """1-layer implicit Mamba2 LM: the explicit block's tensors with every Linear/Conv1d weight as a
+    weight-norm pair (name_g, name_v; g = ‖v row‖ so W = v at init), the injection u =
+    Linear(RMSNorm(emb)) with bias, norm_f and the tied embedding."""
+    blk = mamba2_params(D, N, E, P)
+    K = 2 * E + 2 * N + E // P
+    blk["inj_norm"] = torch.ones(D, requires_grad=True)
+    blk["inj_w"] = (torch.rand(K, D) * 2 - 1) / math.sqrt(D)
+    blk["inj_b"] = torch.zeros(K, requires_grad=True)
+    blk["norm_f"] = torch.ones(D, requires_grad=True)
+    blk["emb"] = (torch.randn(V, D) * 0.02).requires_grad_(True)
+    for name in IMP_WN:
+        v = blk.pop(name).detach().clone()
+        blk[name + "_g"] = v.flatten(1).norm(dim=1).reshape((-1,) + (1,) * (v.dim() - 1)).requires_grad_(True)
+        blk[name + "_v"] = v.requires_grad_(True)
+    return blk
+
+
+def imp_effective(p):
+    """Effective weights W = g v/‖v‖ (per output row / conv channel), recomputed once per step
+    (forward, evaluation or generated sequence), so autograd maps their gradient back to g and v."""
+    pe = dict(p)
+    for name in IMP_WN:
+        g, v = p[name + "_g"], p[name + "_v"]
+        pe[name] = g * v / v.flatten(1).norm(dim=1).reshape(g.shape)
+    return pe
+
+
+def imp_inject(pe, e):
+    """u = Linear_inj(RMSNorm_inj(e)) + bias, e (..., D), as the three row blocks of in_proj's output
+    (z, xBC, dt parts) so that adding it needs no split of a (B,T,K) tensor."""
+    D, N, E, P, H, C, W = pe["dims"]
+    xn = rmsnorm(e, pe["inj_norm"])
+    ws, bs = torch.split(pe["inj_w"], [E, C, H], dim=0), torch.split(pe["inj_b"], [E, C, H])
+    return tuple(xn @ w.t() + b for w, b in zip(ws, bs))
+
+
+def imp_f(pe, z, u3):
+    """f(z, u) = norm_f(z + mixer(RMSNorm(z), u)) on the whole sequence (chunked SSD)."""
+    return rmsnorm(z + mamba2_mixer(pe, rmsnorm(z, pe["norm"]), u3), pe["norm_f"])
+
+
+def imp_picard(f, z, iters, tol):
+    """Gradient-free solve, torchdeq fixed_point_iter semantics (§3.1): undamped, per-sample relative
+    residual ‖f(x)−x‖/(‖f(x)‖+1e-9), stop when every sample is below tol, return per sample the
+    f-output with the lowest residual."""
+    best, low = z.clone(), torch.full((z.shape[0],), 1e8, dtype=torch.float64)
+    x = z
+    for _ in range(iters):
+        fx = f(x)
+        d = (fx - x).flatten(1).norm(dim=1).double()
+        rel = d / (fx.flatten(1).norm(dim=1).double() + 1e-9)
+        better = rel < low
+        low = torch.where(better, rel, low)
+        best = torch.where(better.reshape((-1,) + (1,) * (z.dim() - 1)), fx, best)
+        if rel.max().item() < tol:
+            break
+        x = fx
+    return best
+
+
+def imp_eval_loop(f, z, f_thres, tol, tau):
+    """The reference's evaluation loop (§3.2) without its final call: f_thres−1 damped steps at most,
+    one global ratio ‖f(z)−z‖/(1e-6+‖z‖) with the old iterate in the denominator."""
+    for _ in range(f_thres - 1):
+        zn = f(z)
+        r = ((zn - z).norm() / (1e-6 + z.norm())).item()
+        z = (1 - tau) * z + tau * zn
+        if r < tol:
+            break
+    return z
+
+
+def imp_f_step(pe, z, u, conv_state, ssm_state):
+    """f of one token (spec §4): z (B,D), u (B,K) incl. bias, conv_state (B,C,W) the last W pre-conv
+    inputs, ssm_state (B,H,P,N). Returns f(z) and the new states; the inputs are not modified, so the
+    caller decides whether to commit. pe["A"] = −exp(A_log) and pe["conv_k"] = conv weight (C,W)
+    are prepared once per sequence."""
+    D, N, E, P, H, C, W = pe["dims"]
+    Bsz = z.shape[0]
+    zx = torch.addmm(u, rmsnorm(z, pe["norm"]), pe["in_proj"].t())
+    zg, xBC, dtraw = torch.split(zx, [E, C, H], dim=-1)
+    cs = torch.cat([conv_state[:, :, 1:], xBC[:, :, None]], dim=2)
+    xBC = F.silu((cs * pe["conv_k"]).sum(-1) + pe["conv_b"])
+    xs, Bm, Cm = torch.split(xBC, [E, N, N], dim=-1)
+    xs = xs.reshape(Bsz, H, P)
+    dt = F.softplus(dtraw + pe["dt_bias"])                                     # (B,H)
+    S = torch.exp(dt * pe["A"])[:, :, None, None] * ssm_state + \
+        (dt[:, :, None] * xs)[..., None] * Bm[:, None, None, :]
+    y = (S @ Cm[:, None, :, None]).squeeze(-1) + pe["D"][:, None] * xs       # (B,H,P)
+    out = rmsnorm(y.reshape(Bsz, E) * F.silu(zg), pe["gnorm"]) @ pe["out_proj"].t()
+    return rmsnorm(z + out, pe["norm_f"]), cs, S
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +394,8 @@ def time_fwdbwd(fn, params, repeats, warmup):
 
 
 def self_check():
-    """The chunked SSD must equal the sequential scan (T=80 crosses one chunk boundary and pads)."""
+    """The chunked SSD must equal the sequential scan (T=80 crosses one chunk boundary and pads), and
+    the implicit model's step form its full-sequence f (T=70)."""
     g = torch.Generator().manual_seed(0)
     xs = torch.randn(2, 80, 3, 4, generator=g, dtype=torch.float64)
     dt = torch.rand(2, 80, 3, generator=g, dtype=torch.float64) * 0.3
@@ -313,6 +408,117 @@ def self_check():
     err = max((y1 - y2).abs().max().item(), (s1 - s2).abs().max().item())
     if not err < 1e-9:
         sys.exit(f"torch_bench: chunked SSD self-check failed (max abs err {err:.3e})")
+    # The implicit f token by token (step form, committed caches) equals f on the whole sequence.
+    p = {k: (v.detach().double() if isinstance(v, torch.Tensor) else v)
+         for k, v in imp_params(8, 4, 16, 4, 10).items()}
+    D, N, E, P, H, C, W = p["dims"]
+    pe = imp_effective(p)
+    pe["A"], pe["conv_k"] = -torch.exp(pe["A_log"]), pe["conv_w"][:, 0, :]
+    z = torch.randn(2, 70, D, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, 10, (2, 70), generator=g)
+    u3 = imp_inject(pe, pe["emb"][ids])
+    full = imp_f(pe, z, u3)
+    u = torch.cat(u3, dim=-1)
+    cs, S = z.new_zeros(2, C, W), z.new_zeros(2, H, P, N)
+    for t in range(70):
+        out, cs, S = imp_f_step(pe, z[:, t], u[:, t], cs, S)
+        err = (out - full[:, t]).abs().max().item()
+        if not err < 1e-9:
+            sys.exit(f"torch_bench: implicit step-form self-check failed at t={t} (max abs err {err:.3e})")
+
+
+def imp_time(fn, warmup, repeats):
+    """Median seconds of fn() after `warmup` untimed calls (lower median for an even count)."""
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[(len(times) - 1) // 2]
+
+
+def imp_train_fn(p, ids, tgt):
+    """One "32+4" phantom-gradient training step (spec §5.1) with AdamW (decay on the weight-norm
+    g/v only, the C optimiser's no-decay set) and clip_grad_norm_ 1, as adamw_step."""
+    Bsz, T = ids.shape
+    D, V = p["dims"][0], p["emb"].shape[0]
+    leaves = [v for v in p.values() if isinstance(v, torch.Tensor)]
+    decay = [p[n + s] for n in IMP_WN for s in ("_g", "_v")]
+    rest = [v for v in leaves if all(v is not d for d in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+
+    def step():
+        pe = imp_effective(p)
+        u3 = imp_inject(pe, pe["emb"][ids])
+        with torch.no_grad():   # f_tol 0: all 32 calls run
+            z = imp_picard(lambda x: imp_f(pe, x, u3), torch.zeros(Bsz, T, D), IMP_SOLVE, 0.0)
+        for _ in range(IMP_GRAD):
+            z = IMP_TAU * imp_f(pe, z, u3) + (1 - IMP_TAU) * z
+        loss = F.cross_entropy((z @ pe["emb"].t()).reshape(-1, V), tgt.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(leaves, 1.0)
+        opt.step()
+    return step
+
+
+def imp_eval_fn(p, ids):
+    """Simultaneous evaluation: IMP_EVAL−1 loop calls + the final call, then the logits."""
+    Bsz, T = ids.shape
+
+    def step():
+        with torch.no_grad():
+            pe = imp_effective(p)
+            u3 = imp_inject(pe, pe["emb"][ids])
+            z = imp_eval_loop(lambda x: imp_f(pe, x, u3), torch.zeros(Bsz, T, pe["dims"][0]), IMP_EVAL, 0.0, IMP_TAU)
+            return imp_f(pe, z, u3) @ pe["emb"].t()
+    return step
+
+
+def imp_gen_fn(p, first, n_tok):
+    """Greedy generation of n_tok tokens from first (B): per token IMP_GEN−1 loop calls with the
+    caches read-only, then the committing call; the argmax of its logits is the next input."""
+    D, N, E, P, H, C, W = p["dims"]
+    Bsz = first.shape[0]
+
+    def step():
+        with torch.no_grad():
+            pe = imp_effective(p)   # weights are fixed during generation: once per sequence
+            pe["A"], pe["conv_k"] = -torch.exp(pe["A_log"]), pe["conv_w"][:, 0, :]
+            cs, S = torch.zeros(Bsz, C, W), torch.zeros(Bsz, H, P, N)
+            tok = first
+            for _ in range(n_tok):
+                u = torch.addmm(pe["inj_b"], rmsnorm(pe["emb"][tok], pe["inj_norm"]), pe["inj_w"].t())
+                z = imp_eval_loop(lambda x, u=u, cs=cs, S=S: imp_f_step(pe, x, u, cs, S)[0],
+                                  torch.zeros(Bsz, D), IMP_GEN, 0.0, IMP_TAU)
+                zo, cs, S = imp_f_step(pe, z, u, cs, S)   # the final call commits
+                tok = (zo @ pe["emb"].t()).argmax(-1)
+    return step
+
+
+def run_implicit(name, quick, tail):
+    """One imp_* case (bench/bench_implicit.c has the same table and semantics)."""
+    kind, size, Bsz, T, rep, qrep = IMP_CASES[name]
+    repeats = qrep if quick else rep
+    D, N, E, P = IMP_SIZES[size]
+    p = imp_params(D, N, E, P, IMP_V)
+    nparams = sum(v.numel() for v in p.values() if isinstance(v, torch.Tensor))
+    ids = torch.randint(0, IMP_V, (Bsz, T))
+    tgt = torch.randint(0, IMP_V, (Bsz, T))
+    if kind == "train":
+        s = imp_time(imp_train_fn(p, ids, tgt), 1, repeats)
+        head = f"step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} f_calls={IMP_SOLVE}+{IMP_GRAD}"
+    elif kind == "eval":
+        s = imp_time(imp_eval_fn(p, ids), 1, repeats)
+        head = f"eval_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} f_calls={IMP_EVAL}"
+    else:
+        s = imp_time(imp_gen_fn(p, ids[:, 0], T), 1, repeats)
+        head = f"gen_tok_s={Bsz * T / s:.1f} gen_ms_tok={s * 1e3 / T:.4f} ms={s * 1e3:.1f} " \
+               f"f_calls_tok={IMP_GEN} tokens={T}"
+    print(f"torch {name} {head} B={Bsz} T={T} D={D} params={nparams} repeats={repeats} {tail}", flush=True)
 
 
 def main(args):
@@ -384,6 +590,11 @@ def main(args):
         nparams = sum(v.numel() for v in leaves)
         print(f"torch {name} step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} B={Bsz} T={T} D={D} params={nparams} "
               f"{tail}", flush=True)
+
+    # Implicit Mamba2 LM: "32+4" training step, simultaneous evaluation, sequential generation
+    for name in IMP_CASES:
+        if name in cases:
+            run_implicit(name, args.quick, tail)
 
 
 if __name__ == "__main__":
