@@ -264,6 +264,7 @@ int cmd_eval(int argc, char **argv) {
     if (!rc) {
         printf("%s: %s, task %s on %s\n", argv[0], m.type->name, tc.task, tc.group);
         eval_print_table(rows, n, stdout);
+        eval_print_hist(rows, n, stdout);
         if (task_is_ios(task)) {
             int *ls = malloc(sizeof(int) * (size_t)n);
             double *acc = malloc(sizeof(double) * (size_t)n);

@@ -21,7 +21,13 @@ const char *eval_mode_name(int mode) {
 }
 
 /* Token by token: logits (B,T,V) through model_step; returns the mean iterations per token. */
-static int run_sequential(Model *m, const int *ids, int B, int T, float *logits, int *col, double *iters) {
+static int hist_bin(double iters) {
+    int bin = 0;
+    for (long lim = 0; bin < EVAL_HIST_BINS - 1 && iters > lim; lim = lim ? 2 * lim : 1) bin++;
+    return bin;
+}
+
+static int run_sequential(Model *m, const int *ids, int B, int T, float *logits, int *col, double *iters, long *hist) {
     int rc = model_state_init(m, B);
     double it = 0;
     for (int t = 0; t < T && !rc; t++) {
@@ -29,6 +35,7 @@ static int run_sequential(Model *m, const int *ids, int B, int T, float *logits,
         float *lg = logits + (size_t)B * T * m->V;   /* spare row block after the (B,T,V) logits */
         rc = model_step(m, col, lg);
         it += m->fp_iters;
+        hist[hist_bin(m->fp_iters)]++;
         for (int b = 0; b < B; b++) memcpy(logits + ((size_t)b * T + t) * m->V, lg + (size_t)b * m->V, sizeof(float) * m->V);
     }
     *iters = it / T;
@@ -81,7 +88,7 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
                 for (int j = 0; j < B * T; j++) amax[j] = argmax(m->logits + (size_t)j * V, task_vocab(t));
         }
         if (mode != EVAL_SIMULTANEOUS) {
-            if ((rc = run_sequential(m, ids, B, T, lg, col, &it))) break;
+            if ((rc = run_sequential(m, ids, B, T, lg, col, &it, out->iter_hist))) break;
             logits = lg;
             if (mode == EVAL_BOTH)
                 for (int j = 0; j < B * T; j++, agree_n++) agree += amax[j] == argmax(lg + (size_t)j * V, task_vocab(t));
@@ -115,6 +122,19 @@ int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_i
     else if (!strcmp(name, "loss")) { *value = r->loss; *higher_is_better = 0; }
     else return err_set(IM_EINVAL, "unknown metric '%s' (seq_acc | tok_acc | last10_acc | loss)", name);
     return IM_OK;
+}
+
+void eval_print_hist(const EvalRow *rows, int n, FILE *f) {
+    static const char *label[EVAL_HIST_BINS] = {"0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", ">128"};
+    for (int i = 0; i < n; i++) {
+        long total = 0;
+        for (int k = 0; k < EVAL_HIST_BINS; k++) total += rows[i].iter_hist[k];
+        if (!total || rows[i].max_iter <= 0) continue;
+        fprintf(f, "iterations per token, length %d, cap %d:", rows[i].len, rows[i].max_iter);
+        for (int k = 0; k < EVAL_HIST_BINS; k++)
+            if (rows[i].iter_hist[k]) fprintf(f, "  %s: %.1f%%", label[k], 100.0 * rows[i].iter_hist[k] / total);
+        fputc('\n', f);
+    }
 }
 
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {

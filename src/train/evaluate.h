@@ -15,12 +15,16 @@ typedef enum { EVAL_SIMULTANEOUS = 0, EVAL_SEQUENTIAL = 1, EVAL_BOTH = 2 } EvalM
 int eval_mode_parse(const char *s);   /* "simultaneous" | "sequential" | "both"; -1 if unknown */
 const char *eval_mode_name(int mode);
 
+/* Histogram bins of solver iterations per token: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, >128. */
+#define EVAL_HIST_BINS 10
+
 typedef struct {
     int len;          /* task length */
     int mode;         /* EvalMode */
     int max_iter;     /* implicit models: the eval iteration cap used (0: explicit model) */
     double iters;     /* mean solver f-evaluations per forward (simultaneous) or per token */
     double agree;     /* EVAL_BOTH: argmax agreement simultaneous vs sequential (-1: not run) */
+    long iter_hist[EVAL_HIST_BINS]; /* sequential: tokens whose solve took iterations in bin k */
     float p;          /* word-problem p (-1: not applicable) */
     int samples;
     double loss;      /* mean CE over scored positions */
@@ -32,6 +36,8 @@ typedef struct {
 int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out);
 /* Value of a metric by name ("seq_acc", "tok_acc", "last10_acc", "loss"); *higher_is_better set. */
 int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_is_better);
+/* Print the per-token iteration histograms of the sequential rows (nothing if none). */
+void eval_print_hist(const EvalRow *rows, int n, FILE *f);
 /* Print a table of rows (markdown-style) to f. */
 void eval_print_table(const EvalRow *rows, int n, FILE *f);
 

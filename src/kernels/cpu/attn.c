@@ -51,10 +51,26 @@ static int thread_id(void) {
 #endif
 }
 
-/* x[i] = e^{x[i]} with vmath.h's vectorisable vexp (libm expf is a scalar call and dominated the
- * softmax); NaN stays NaN, so a diverging solver still shows up in the output. */
-static void exp_inplace(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = vexp(x[i]);
+/* x[i] = e^{x[i] scale - m} for i < n, returning their sum (LANES fixed partial sums, vmath.h), in
+ * one vectorised pass; vexp instead of libm expf (a scalar call that dominated the softmax). NaN
+ * stays NaN, so a diverging solver still shows up in the output. */
+static float exp_sum(float *x, int n, float scale, float m) {
+    float acc[LANES];
+    for (int l = 0; l < LANES; l++) acc[l] = 0.0f;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float e = vexp(x[i + l] * scale - m);
+            x[i + l] = e;
+            acc[l] += e;
+        }
+    float s = 0.0f;
+    for (; i < n; i++) {
+        x[i] = vexp(x[i] * scale - m);
+        s += x[i];
+    }
+    for (int l = 0; l < LANES; l++) s += acc[l];
+    return s;
 }
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
@@ -166,16 +182,11 @@ static void fwd_block(Ws *w, float *o, float *lse, const float *q, const float *
     size_t base = (size_t)b * d->T * d->rs + (size_t)h * d->HD;
     causal_scores(w->S, w->pk, q + base, w->KT, d, i0, qb);
     for (int r = 0; r < qb; r++) { /* softmax of row i0 + r over keys 0 .. i0 + r */
-        float *row = w->S + (size_t)r * kv, m = -INFINITY;
+        float *row = w->S + (size_t)r * kv;
         int n = i0 + r + 1;
-        for (int j = 0; j < n; j++) {
-            row[j] *= d->scale;
-            m = row[j] > m ? row[j] : m;
-        }
-        for (int j = 0; j < n; j++) row[j] -= m;
-        exp_inplace(row, n);
-        float sum = 0.0f;
-        for (int j = 0; j < n; j++) sum += row[j];
+        /* max of the scaled scores = scale * max (scale > 0); NaNs reappear through exp below */
+        float m = max_lanes(row, n) * d->scale;
+        float sum = exp_sum(row, n, d->scale, m);
         for (int j = n; j < kv; j++) row[j] = 0.0f;
         w->rinv[r] = 1.0f / sum;
         if (lse) lse[((size_t)b * d->NH + h) * d->T + i0 + r] = m + logf(sum);
@@ -227,17 +238,32 @@ static void bwd_bh(Ws *w, float *dq, float *dk, float *dv, const float *dout, co
             int n = i0 + r + 1;
             float l = lrow[i0 + r];
             float Dr = kseq_dot(gblk + (size_t)r * d->rs, o + base + (size_t)(i0 + r) * d->rs, HD);
-            for (int j = 0; j < n; j++) pr[j] = pr[j] * d->scale - l;
-            exp_inplace(pr, n);
-            for (int j = 0; j < n; j++) /* dS, with the score scale folded in */
-                gr[j] = pr[j] * (gr[j] - Dr) * d->scale;
+            for (int j = 0; j < n; j++) { /* P = exp(S scale - lse); dS, score scale folded in */
+                float pj = vexp(pr[j] * d->scale - l);
+                pr[j] = pj;
+                gr[j] = pj * (gr[j] - Dr) * d->scale;
+            }
             for (int j = n; j < kv; j++) pr[j] = gr[j] = 0.0f;
         }
-        if (dv) kseq_mm(w->pk, kv, HD, qb, w->S, kv, 1, gblk, ld, 0, dv + base, ld, KSEQ_TRI_NONE);
-        if (dk) kseq_mm(w->pk, kv, HD, qb, w->dS, kv, 1, qblk, ld, 0, dk + base, ld, KSEQ_TRI_NONE);
-        if (dq)
-            kseq_mm(w->pk, qb, HD, kv, w->dS, kv, 0, k + base, ld, 0,
-                    dq + base + (size_t)i0 * d->rs, ld, KSEQ_TRI_NONE);
+        /* Each product splits into the keys before the block (full) and the diagonal block, where
+         * P and dS are lower triangular (zeros stored above): key row j = i0 + jj only gets query
+         * rows r >= jj, query row r only keys jj <= r; the tiles of zeros are skipped. */
+        const float *kdiag = k + base + (size_t)i0 * d->rs;
+        float *dqblk = dq ? dq + base + (size_t)i0 * d->rs : NULL;
+        if (dv) {
+            if (i0 > 0) kseq_mm(w->pk, i0, HD, qb, w->S, kv, 1, gblk, ld, 0, dv + base, ld, KSEQ_TRI_NONE);
+            kseq_mm(w->pk, qb, HD, qb, w->S + i0, kv, 1, gblk, ld, 0, dv + base + (size_t)i0 * d->rs, ld,
+                    KSEQ_TRI_K_GE_I);
+        }
+        if (dk) {
+            if (i0 > 0) kseq_mm(w->pk, i0, HD, qb, w->dS, kv, 1, qblk, ld, 0, dk + base, ld, KSEQ_TRI_NONE);
+            kseq_mm(w->pk, qb, HD, qb, w->dS + i0, kv, 1, qblk, ld, 0, dk + base + (size_t)i0 * d->rs, ld,
+                    KSEQ_TRI_K_GE_I);
+        }
+        if (dq) {
+            if (i0 > 0) kseq_mm(w->pk, qb, HD, i0, w->dS, kv, 0, k + base, ld, 0, dqblk, ld, KSEQ_TRI_NONE);
+            kseq_mm(w->pk, qb, HD, qb, w->dS + i0, kv, 0, kdiag, ld, 0, dqblk, ld, KSEQ_TRI_K_LE_I);
+        }
     }
 }
 

@@ -73,27 +73,95 @@ static float *transpose_w(const float *w, int C, int W) {
     return wt;
 }
 
-/* Parallel over the B*T output rows; each row sums its W taps over all C channels at once
- * (vectorised along C), in tap order k = 0..W-1 as the reference. */
+/* Taps fused into one pass over a row: up to this many (W = 4 in every config). */
+#define CONV_MAXW 8
+
+/* y[c] = b[c] + w0[c] x0[c] + w1[c] x1[c] + w2[c] x2[c] + w3[c] x3[c] for one row of n channels,
+ * added in the reference's tap order: taps w rows ldw apart, inputs x rows ldx apart (oldest
+ * first). restrict lets the loop vectorise without overlap checks. */
+static void conv4_row(float *restrict y, const float *restrict b, const float *restrict w,
+                      size_t ldw, const float *restrict x, size_t ldx, int n) {
+    for (int c = 0; c < n; c++) {
+        float acc = b ? b[c] : 0.0f;
+        acc += w[c] * x[c];
+        acc += w[ldw + c] * x[ldx + c];
+        acc += w[2 * ldw + c] * x[2 * ldx + c];
+        acc += w[3 * ldw + c] * x[3 * ldx + c];
+        y[c] = acc;
+    }
+}
+
+/* dx[c] += w0[c] g0[c] + w1[c] g1[c] + ... in tap order k = 0..3, where g_k is the dy row k rows
+ * BEFORE g (g0 = g: the output s + 3 that tap 0 of input s feeds). */
+static void conv4_dx_row(float *restrict dx, const float *restrict w, size_t ldw,
+                         const float *restrict g, size_t ldg, int n) {
+    for (int c = 0; c < n; c++) {
+        float acc = dx[c];
+        acc += w[c] * g[c];
+        acc += w[ldw + c] * g[c - ldg];
+        acc += w[2 * ldw + c] * g[c - 2 * ldg];
+        acc += w[3 * ldw + c] * g[c - 3 * ldg];
+        dx[c] = acc;
+    }
+}
+
+/* Parallel over the B*T output rows; each row sums its W taps over all C channels in one pass
+ * (vectorised along C), in tap order k = 0..W-1 as the reference, so every element is the same
+ * sequence of multiply-adds as there. Rows with fewer than W past inputs (t < W-1) skip the
+ * missing taps, which the reference adds as zero padding (x * 0 adds +-0: the same value). */
 void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W) {
     float *wt = transpose_w(w, C, W);
 #pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
     for (int bt = 0; bt < B * T; bt++) {
-        int t = bt % T;
+        int t = bt % T, k0 = W - 1 - t > 0 ? W - 1 - t : 0; /* first tap with an input */
         float *yr = y + (size_t)bt * C;
-        for (int c = 0; c < C; c++) yr[c] = bias ? bias[c] : 0.0f;
-        /* taps in the reference's order k = 0..W-1; inputs before t = 0 are zero padding */
-        for (int k = 0; k < W; k++) {
-            int ts = t - W + 1 + k;
-            if (ts < 0) continue;
-            const float *xr = x + (size_t)(bt - (t - ts)) * C, *wk = wt + (size_t)k * C;
-            for (int c = 0; c < C; c++) yr[c] += wk[c] * xr[c];
+        const float *xr[CONV_MAXW], *wk[CONV_MAXW];
+        int nk = 0;
+        for (int k = k0; k < W && W <= CONV_MAXW; k++, nk++) {
+            xr[nk] = x + (size_t)(bt - (W - 1 - k)) * C; /* input at t - W + 1 + k */
+            wk[nk] = wt + (size_t)k * C;
+        }
+        if (W > CONV_MAXW) { /* generic: one pass per tap */
+            for (int c = 0; c < C; c++) yr[c] = bias ? bias[c] : 0.0f;
+            for (int k = k0; k < W; k++) {
+                const float *xk = x + (size_t)(bt - (W - 1 - k)) * C, *wkk = wt + (size_t)k * C;
+                for (int c = 0; c < C; c++) yr[c] += wkk[c] * xk[c];
+            }
+            continue;
+        }
+        if (nk == 4) { /* the common case */
+            conv4_row(yr, bias, wt, C, xr[0], C, C);
+        } else {
+            for (int c = 0; c < C; c++) {
+                float acc = bias ? bias[c] : 0.0f;
+                for (int k = 0; k < nk; k++) acc += wk[k][c] * xr[k][c];
+                yr[c] = acc;
+            }
         }
     }
 }
 
+/* One (b, t) row of the W = 4 parameter gradient over n channels: acc rows k = 0..3 (tap sums) and
+ * 4 (bias sums), ldc apart, += x rows t-3..t (ldx apart) times g. restrict: the five running sums
+ * and the inputs never overlap, which lets the loop vectorise without overlap checks. */
+static void conv4_grad_row(float *restrict acc, size_t ldc, const float *restrict g,
+                           const float *restrict x, size_t ldx, int n) {
+    float *restrict a0 = acc, *restrict a1 = acc + ldc, *restrict a2 = acc + 2 * ldc;
+    float *restrict a3 = acc + 3 * ldc, *restrict ab = acc + 4 * ldc;
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+    for (int c = 0; c < n; c++) {
+        float gc = g[c];
+        ab[c] += gc;
+        a0[c] += x0[c] * gc;
+        a1[c] += x1[c] * gc;
+        a2[c] += x2[c] * gc;
+        a3[c] += x3[c] * gc;
+    }
+}
+
 /* dw[c, k] += sum_{b,t} dy[b,t,c] x[b,t-W+1+k,c];  dbias[c] += sum_{b,t} dy[b,t,c]:
- * channel chunks in parallel, (b, t) in order inside a chunk. */
+ * channel chunks in parallel, (b, t) in order inside a chunk; per (b, t) one pass over the
+ * chunk updates the bias sum and every tap's sum (each sum keeps the reference's order). */
 static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const float *x, int B, int T,
                               int C, int W) {
     float *acc = kscratch_floats(KS_CONV_ACC, (size_t)(W + 1) * C); /* (W, C) tap sums, then (C) bias sums */
@@ -107,14 +175,17 @@ static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const fl
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 const float *g = dy + ((size_t)b * T + t) * C;
-                for (int c = c0; c < c1; c++) ab[c] += g[c];
-                for (int k = 0; dw && k < W; k++) {
-                    int ts = t - W + 1 + k;
-                    if (ts < 0) continue;
-                    const float *xr = x + ((size_t)b * T + ts) * C;
-                    float *ak = acc + (size_t)k * C;
-                    for (int c = c0; c < c1; c++) ak[c] += xr[c] * g[c];
+                int k0 = W - 1 - t > 0 ? W - 1 - t : 0;
+                if (!dw || k0 > 0 || W != 4) { /* generic: one pass per tap */
+                    for (int c = c0; c < c1; c++) ab[c] += g[c];
+                    for (int k = k0; dw && k < W; k++) {
+                        const float *xr = x + ((size_t)b * T + t - W + 1 + k) * C;
+                        float *ak = acc + (size_t)k * C;
+                        for (int c = c0; c < c1; c++) ak[c] += xr[c] * g[c];
+                    }
+                    continue;
                 }
+                conv4_grad_row(acc + c0, C, g + c0, x + ((size_t)b * T + t - 3) * C + c0, C, c1 - c0);
             }
         for (int c = c0; c < c1; c++) {
             if (dw)
@@ -127,12 +198,17 @@ static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const fl
 void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
                   int B, int T, int C, int W) {
     if (dx) {
-        /* dx[b,s,c] += sum_k w[c,k] dy[b, s+W-1-k, c] for the outputs s feeds (< T) */
+        /* dx[b,s,c] += sum_k w[c,k] dy[b, s+W-1-k, c] for the outputs s feeds (< T), taps in
+         * order k = 0..W-1 (as the reference), all in one pass over the row */
         float *wt = transpose_w(w, C, W);
 #pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
         for (int bs = 0; bs < B * T; bs++) {
             int s = bs % T;
             float *dxr = dx + (size_t)bs * C;
+            if (W == 4 && s + 3 < T) { /* taps k = 0..3 meet dy rows s+3 .. s: reversed rows */
+                conv4_dx_row(dxr, wt, C, dy + (size_t)(bs + 3) * C, C, C);
+                continue;
+            }
             for (int k = 0; k < W; k++) {
                 int t = s + W - 1 - k;
                 if (t >= T) continue;

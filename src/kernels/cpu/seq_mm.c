@@ -1,4 +1,4 @@
-/* cpu/seq_mm.c: the small matrix product and dot product of the sequence kernels (seq_mm.h).
+/* cpu/seq_mm.c: the small matrix product of the sequence kernels (seq_mm.h; kseq_dot is inline there).
  *
  * kseq_mm multiplies operands that fit in L1/L2 (an SSD chunk, a block of attention scores) from
  * inside OpenMP regions, where BLAS must not be called. Column panels of op(B), VW or 2*VW floats

@@ -2,7 +2,8 @@
  *
  * A small register-tiled matrix product for operands that fit in L1/L2 (a chunk of the SSD scan,
  * a block of attention scores). It is called INSIDE OpenMP regions, where BLAS must not be, and is
- * itself serial and deterministic (each C element is summed in k order). Defined in cpu/ssd.c.
+ * itself serial and deterministic (each C element is summed in k order). kseq_mm is defined in
+ * cpu/seq_mm.c, kseq_dot inline below.
  */
 #ifndef IMPLICIT_KERNELS_CPU_SEQ_MM_H
 #define IMPLICIT_KERNELS_CPU_SEQ_MM_H

@@ -21,10 +21,12 @@
  * The backward math is in docs/derivations/ssd.md.
  *
  * `saved` = the chunk-entry states, (B, H, nchunks, P, N) (same meaning as ref/ssd.c).
- * Scratch (kscratch.h: persistent grow-only buffers, reused by the next call): per thread a chunk workspace of
- * ~(5Q^2 + 7QP + 3QN + PN + 32 max(Q,P,N)) floats; and, when the forward has no `saved` and always
- * in the backward, chunk states (or their gradients) for a group of at most 2*threads sequences:
- * min(B, 2*threads)*H*nchunks*P*N floats. The result does not depend on the group size.
+ * Scratch (kscratch.h: persistent grow-only buffers, reused by the next call): per thread a chunk
+ * workspace of ~(5Q^2 + 6QP + 3QN + PN + 32 max(Q,P,N)) floats; and, when the forward has no
+ * `saved` and always in the backward, chunk states (or their gradients) for a group of at most
+ * 2*threads sequences: min(B, 2*threads)*H*nchunks*P*N floats. Groups are processed one after the
+ * other (both phases) so their states stay in cache; the result does not depend on the group size.
+ * Small states (P N <= 256, whole vector rows) take the recurrent path (cpu/ssd_scan.c, ssd_paths.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -112,6 +114,19 @@ static size_t head_off(const Dims *d, int b, int t0, int h) {
     return (((size_t)b * d->T + t0) * d->H + h) * d->P;
 }
 
+/* Prefetch the L rows of P floats, ld apart, of a strided (L, P) view (rw: 1 = for writing).
+ * The rows of one head are H*P floats apart (4 KiB at H = 16, P = 64): each is in another page,
+ * which the hardware prefetchers do not follow, so without this every row of x, dy, dx was a
+ * DRAM round trip (a third of the backward). Called for the NEXT head while this one computes. */
+static void prefetch_rows(const float *base, size_t ld, int L, int P, int rw) {
+    if (!base) return;
+    for (int t = 0; t < L; t++)
+        for (int q = 0; q < P; q += 16) { /* one 64-byte line per 16 floats */
+            if (rw) __builtin_prefetch(base + t * ld + q, 1);
+            else __builtin_prefetch(base + t * ld + q, 0);
+        }
+}
+
 /* c_t = sum_{r<=t} dt_r A (double), ec_t = e^{c_t}, w_t = e^{c_{L-1} - c_t}, dts_t = dt_t
  * (contiguous copy of the head's dt, stride H in dt). Every exponent is <= 0; vexp (vmath.h)
  * keeps the loops vectorised. */
@@ -163,6 +178,8 @@ static void fwd_states(Ws *ws, float *st, float *hT, const float *h0, const Dims
         float *nxt = k + 1 < d->nch ? st + (size_t)(k + 1) * PN : hT;
         if (!nxt) break;
         int t0 = k * Q, L = imin(Q, d->T - t0);
+        if (k + 1 < d->nch) /* the next chunk's rows of this head (see prefetch_rows) */
+            prefetch_rows(d->x + head_off(d, b, t0 + Q, h), ld, imin(Q, d->T - t0 - Q), P, 0);
         chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
         const float *X = d->x + head_off(d, b, t0, h); /* (L, P), row stride ld */
         for (int t = 0; t < L; t++) { /* Xw_s = e^{c_L - c_s} dt_s x_s */
@@ -189,6 +206,10 @@ static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims
     /* G_ts = C_t . B_s for s <= t */
     kseq_mm(ws->pk, L, L, N, Ck, N, 0, Bk, N, 1, ws->G, Q, KSEQ_TRI_J_LE_I);
     for (int h = 0; h < d->H; h++) {
+        if (h + 1 < d->H) {
+            prefetch_rows(d->x + head_off(d, b, t0, h + 1), (size_t)ld, L, P, 0);
+            prefetch_rows(y + head_off(d, b, t0, h + 1), (size_t)ld, L, P, 1);
+        }
         chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
         chunk_lmat(ws, L);
         for (int t = 0; t < L; t++) /* M_ts = G_ts e^{c_t - c_s} dt_s (causal; Lm is 0 above) */
@@ -211,10 +232,10 @@ static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims
     }
 }
 
-/* Chunk-state buffer for a group of sequences: `saved` itself, or scratch. */
-static int group_size(int B, const float *saved) {
-    return saved ? (B > 0 ? B : 1) : imin(B > 0 ? B : 1, 2 * max_threads());
-}
+/* Sequences per group: phase A (or 1) for a group, then phase B (or 2) for it, so that the group's
+ * chunk states (H nch P N floats per sequence, 2 MiB at H 16, P 64, N 128) are still in cache when
+ * phase B reads them, whether they live in `saved` or in scratch. */
+static int group_size(int B) { return imin(B > 0 ? B : 1, 2 * max_threads()); }
 
 void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const float *dt,
                       const float *A, const float *Bm, const float *Cm, const float *Dskip,
@@ -223,7 +244,7 @@ void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const f
           B, T, H, P, N);
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
-    int nt = max_threads(), gb = group_size(B, saved);
+    int nt = max_threads(), gb = group_size(B);
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
     float *stbuf = saved ? NULL : kscratch_floats(KS_SSD_ST, per_b * gb + 1);
     for (int b0 = 0; b0 < B; b0 += gb) {
@@ -261,6 +282,8 @@ static void bwd_chain(Ws *ws, float *gse, float *dh0, const float *dhT, const fl
         float *nxt = k > 0 ? gse + (size_t)(k - 1) * PN : (dh0 ? ws->S : NULL);
         if (!nxt) break;
         int t0 = k * Q, L = imin(Q, d->T - t0);
+        if (k > 0) /* the previous chunk's rows of this head (see prefetch_rows) */
+            prefetch_rows(dy + head_off(d, b, t0 - Q, h), ld, Q, P, 0);
         chunk_decay(ws, d->dt + ((size_t)b * d->T + t0) * d->H + h, d->H, d->A[h], L);
         const float *gy = dy + head_off(d, b, t0, h); /* (L, P), row stride ld */
         for (int t = 0; t < L; t++)
@@ -391,7 +414,13 @@ static void bwd_chunk(Ws *ws, const Grads *g, float *dBm, float *dCm, const floa
     memset(ws->gB, 0, sizeof(float) * L * N);
     memset(ws->gC, 0, sizeof(float) * L * N);
     for (int h = 0; h < d->H; h++) {
-        size_t o = ((size_t)h * d->nch + k) * PN;
+        size_t o = ((size_t)h * d->nch + k) * PN, ld = (size_t)d->H * d->P;
+        if (h + 1 < d->H) {
+            size_t ho = head_off(d, b, t0, h + 1);
+            prefetch_rows(d->x + ho, ld, L, d->P, 0);
+            prefetch_rows(dy + ho, ld, L, d->P, 0);
+            prefetch_rows(g->dx ? g->dx + ho : NULL, ld, L, d->P, 1);
+        }
         bwd_head(ws, g, dy, st + o, gse + o, d, b, k, h);
     }
     /* G_ts = C_t . B_s:  dC += (sum_h dG) B,  dB += (sum_h dG)^T C   (dG lower triangular) */
@@ -414,7 +443,7 @@ void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, 
     (void)h0; /* the entry state of chunk 0 is in saved */
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
-    int nt = max_threads(), gb = group_size(B, NULL);
+    int nt = max_threads(), gb = group_size(B);
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
     float *gse = kscratch_floats(KS_SSD_ST, per_b * gb + 1); /* (gb, H, nch, P, N) */
     double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * d.nch * H + 1)); /* pA, pD */

@@ -62,8 +62,10 @@ static int thread_id(void) {
  * registers. Loads and stores of the caller's arrays go through memcpy (no alignment assumed). */
 #if defined(__AVX512F__)
 #define VW 16
-#else
+#elif defined(__AVX__)
 #define VW 8
+#else
+#define VW 4 /* SSE: a wider GNU vector would be passed in memory (gcc warns about the ABI) */
 #endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 /* Vectors in the largest state the scan takes (kssd_use_scan: P N <= 256). */
@@ -121,13 +123,16 @@ static inline __attribute__((always_inline)) void fwd_run(float *y, vf *ST, cons
         const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
         float dtt = v->dt[(size_t)t * v->H], a = at[t - t0];
         for (int j = 0; j < NP; j++) {
-            vf x = vload(xt + j * VW), yp[4] = {{0}};
-            for (int n = 0; n < N; n++) { /* S^T[n] = a S^T[n] + (dt B[n]) x;  y += C[n] S^T[n] */
-                vf s = a * st[n * NP + j] + (dtt * bt[n]) * x;
-                st[n * NP + j] = s;
-                yp[n & 3] += ct[n] * s; /* 4 partial sums: FMA latency, not a 16-long chain */
+            vf x = vload(xt + j * VW), y0 = {0}, y1 = {0};
+            for (int n = 0; n < N; n += 2) { /* S^T[n] = a S^T[n] + (dt B[n]) x; y += C[n] S^T[n] */
+                vf s0 = a * st[n * NP + j] + (dtt * bt[n]) * x;
+                vf s1 = a * st[(n + 1) * NP + j] + (dtt * bt[n + 1]) * x;
+                st[n * NP + j] = s0;
+                st[(n + 1) * NP + j] = s1;
+                y0 += ct[n] * s0; /* two interleaved chains (N is even) */
+                y1 += ct[n + 1] * s1;
             }
-            vstore(y + t * ld + j * VW, v->D * x + ((yp[0] + yp[1]) + (yp[2] + yp[3])));
+            vstore(y + t * ld + j * VW, v->D * x + (y0 + y1));
         }
     }
     memcpy(ST, st, sizeof(vf) * N * NP);
@@ -210,31 +215,37 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
         for (int n = 0; n < N; n++)
             for (int j = 0; j < NP; j++) GTl[n * NP + j] += ct[n] * vload(gy + j * VW);
         /* <G_t, S_{t-1}>;  dC_t += sum_p dy[p] S_t[p,:];  dB_t += dt sum_p x[p] G[p,:]
-         * (each sum in 4 partials, combined in a fixed order: FMA latency, not a P-long chain) */
-        vf ga[4] = {{0}};
+         * (each sum as two interleaved chains: twice the FMAs in flight) */
+        vf ga0 = {0}, ga1 = {0};
         for (int j = 0; j < NN; j++) {
-            vf dc[4] = {{0}}, db[4] = {{0}};
-            for (int p = 0; p < P; p++) {
-                vf g = Gl[p * NN + j];
-                ga[p & 3] += g * vload(Sp + (size_t)p * N + j * VW);
-                dc[p & 3] += gy[p] * vload(Sc + (size_t)p * N + j * VW);
-                db[p & 3] += xt[p] * g;
+            vf dc0 = {0}, dc1 = {0}, db0 = {0}, db1 = {0};
+            for (int p = 0; p < P; p += 2) { /* P is even (a multiple of VW) */
+                const float *s0 = Sp + (size_t)p * N + j * VW, *s1 = Sc + (size_t)p * N + j * VW;
+                vf g0 = Gl[p * NN + j], g1 = Gl[(p + 1) * NN + j];
+                ga0 += g0 * vload(s0);
+                ga1 += g1 * vload(s0 + N);
+                dc0 += gy[p] * vload(s1);
+                dc1 += gy[p + 1] * vload(s1 + N);
+                db0 += xt[p] * g0;
+                db1 += xt[p + 1] * g1;
             }
-            if (o->dCm) vadd_to(o->dCm + (size_t)t * N + j * VW, (dc[0] + dc[1]) + (dc[2] + dc[3]));
-            if (o->dBm)
-                vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * ((db[0] + db[1]) + (db[2] + db[3])));
+            if (o->dCm) vadd_to(o->dCm + (size_t)t * N + j * VW, dc0 + dc1);
+            if (o->dBm) vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * (db0 + db1));
         }
         /* gb = G_t B_t (along P, from G^T);  dx += dt gb + D dy */
         vf gdt = {0}, gd = {0};
         for (int j = 0; j < NP; j++) {
-            vf gp[4] = {{0}}, x = vload(xt + j * VW), g = vload(gy + j * VW);
-            for (int n = 0; n < N; n++) gp[n & 3] += bt[n] * GTl[n * NP + j];
-            vf gb = (gp[0] + gp[1]) + (gp[2] + gp[3]);
+            vf gb0 = {0}, gb1 = {0}, x = vload(xt + j * VW), g = vload(gy + j * VW);
+            for (int n = 0; n < N; n += 2) {
+                gb0 += bt[n] * GTl[n * NP + j];
+                gb1 += bt[n + 1] * GTl[(n + 1) * NP + j];
+            }
+            vf gb = gb0 + gb1;
             gdt += gb * x;
             gd += g * x;
             if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * gb + v->D * g);
         }
-        float g_alpha = vsum((ga[0] + ga[1]) + (ga[2] + ga[3]));
+        float g_alpha = vsum(ga0 + ga1);
         o->pD += vsum(gd);
         /* a_t = exp(dt A): d a / d dt = a A, d a / d A = a dt */
         if (o->ddt) o->ddt[(size_t)t * v->H] += vsum(gdt) + g_alpha * a * v->A;
@@ -246,14 +257,23 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
     memcpy(GT, GTl, sizeof(vf) * N * NP);
 }
 
-/* States S_{t0-1 .. t0+L-1} of one chunk into St:(L+1, P, N), from the entry state S0:(P, N). */
+/* States S_{t0-1 .. t0+L-1} of one chunk into St:(L+1, P, N), from the entry state S0:(P, N).
+ * Also prefetches the chunk's rows of dy and dx (pf0, pf1; NULL = none): bwd_run walks them
+ * backwards, H*P floats apart, a pattern the hardware prefetchers miss (each row was a DRAM
+ * round trip, ~40% of the backward). */
 static inline __attribute__((always_inline)) void states_run(float *St, const float *S0,
                                                              const float *at, const BhIn *v, int t0,
-                                                             int L, const int P, const int N) {
+                                                             int L, const float *pf0,
+                                                             const float *pf1, const int P,
+                                                             const int N) {
     const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
     memcpy(St, S0, sizeof(float) * PN);
     for (int i = 0; i < L; i++) {
         int t = t0 + i;
+        for (int q = 0; q < P; q += 16) { /* 16 floats = one 64-byte line */
+            __builtin_prefetch(pf0 + t * ld + q, 0);
+            if (pf1) __builtin_prefetch(pf1 + t * ld + q, 1);
+        }
         const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *Sp = St + (size_t)i * PN;
         float *Sn = St + (size_t)(i + 1) * PN, dtt = v->dt[(size_t)t * v->H], a = at[i];
         for (int j = 0; j < N / VW; j++) {
@@ -283,10 +303,10 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
         const float *S0 = saved_bh + (size_t)k * PN;
         decays(at, v, t0, L);
         if (P == 16 && N == 16) {
-            states_run(St, S0, at, v, t0, L, 16, 16);
+            states_run(St, S0, at, v, t0, L, dy, o->dx, 16, 16);
             bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, 16, 16);
         } else {
-            states_run(St, S0, at, v, t0, L, P, N);
+            states_run(St, S0, at, v, t0, L, dy, o->dx, P, N);
             bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, P, N);
         }
     }
