@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "../core/fsutil.h"
 #include "task.h"
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -95,21 +96,6 @@ int datafile_put(DataWriter *w, uint32_t row0, uint32_t n, const int *ids, const
     return rc;
 }
 
-/* fsync the folder holding `path` so the rename itself survives a crash (best effort). */
-static void sync_dir(const char *path) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 int datafile_commit(DataWriter *w) {
     CHECK(w->f, "datafile_commit on a closed writer");
     /* the file must reach its full size even if the last rows were never put */
@@ -123,7 +109,7 @@ int datafile_commit(DataWriter *w) {
         remove(w->tmp);
         return err_set(IM_EIO, "cannot write '%s'", w->path);
     }
-    sync_dir(w->path);
+    fs_sync_dir(w->path);
     return IM_OK;
 }
 

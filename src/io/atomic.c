@@ -9,17 +9,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
-
-static void fsync_dir_of(const char *path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) { fsync(fd); close(fd); }
-}
+#include "../core/fsutil.h"
 
 int atomic_write(const char *path, int (*emit)(FILE *f, void *ctx), void *ctx) {
     char tmp[4200];
@@ -32,7 +22,7 @@ int atomic_write(const char *path, int (*emit)(FILE *f, void *ctx), void *ctx) {
     if (fclose(f) != 0 && !rc) rc = err_set(IM_EIO, "cannot close %s: %s", tmp, strerror(errno));
     if (!rc && rename(tmp, path) != 0) rc = err_set(IM_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc) { remove(tmp); return rc; }
-    fsync_dir_of(path);
+    fs_sync_dir(path);
     return IM_OK;
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "atomic.h"
 #include "json.h"
 
 #define DATA_ALIGN 64
@@ -536,43 +537,23 @@ static int build_header(JsonBuf *b, const char *path, const StWriteTensor *ts, i
     return IM_OK;
 }
 
-/* An OS failure with its errno (captured by the caller before anything else can reset it). */
-static int io_fail(const char *what, const char *path, int e) {
-    return err_set(IM_EIO, "st: %s '%s': %s", what, path, e ? strerror(e) : "unknown error");
-}
+typedef struct {
+    const JsonBuf *hdr;
+    const StWriteTensor *ts;
+    int n;
+    const size_t *nbytes;
+} Payload;
 
-/* Write everything to tmp and make it durable; returns 0 or an IM_EIO already reported.
- * *created says whether tmp exists now (and so must be removed on failure). */
-static int write_tmp(const char *tmp, const JsonBuf *hdr, const StWriteTensor *ts, int n, const size_t *nbytes,
-                     int *created) {
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) return io_fail("cannot create", tmp, errno);
-    *created = 1;
+/* The file's bytes: length, header, tensors back to back. Write errors may surface at fwrite or
+ * only at the flush, which atomic_write checks. */
+static int emit_payload(FILE *fp, void *ctx) {
+    const Payload *p = ctx;
     unsigned char lenb[8];
-    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
-    /* Errors may surface at fwrite or only at fflush (buffered); both are checked. */
-    int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hdr->data, 1, hdr->len, fp) == hdr->len;
-    for (int i = 0; i < n && ok; i++)
-        ok = nbytes[i] == 0 || fwrite(ts[i].data, 1, nbytes[i], fp) == nbytes[i];
-    if (!ok || fflush(fp) != 0) { int e = errno; fclose(fp); return io_fail("write failed for", tmp, e); }
-    if (fsync(fileno(fp)) != 0) { int e = errno; fclose(fp); return io_fail("fsync failed for", tmp, e); }
-    if (fclose(fp) != 0) return io_fail("close failed for", tmp, errno);
-    return IM_OK;
-}
-
-/* Make the rename durable: fsync the directory holding path. */
-static int fsync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    /* EINVAL: the filesystem does not support fsync on directories; nothing more to do. */
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return io_fail("wrote the file but cannot open its directory", dir, errno);
-    int rc = fsync(fd) != 0 && errno != EINVAL ? io_fail("wrote the file but cannot fsync directory", dir, errno) : IM_OK;
-    close(fd);
-    return rc;
+    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)p->hdr->len >> (8 * i));
+    int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(p->hdr->data, 1, p->hdr->len, fp) == p->hdr->len;
+    for (int i = 0; i < p->n && ok; i++)
+        ok = p->nbytes[i] == 0 || fwrite(p->ts[i].data, 1, p->nbytes[i], fp) == p->nbytes[i];
+    return ok ? IM_OK : err_set(IM_EIO, "st: write failed: %s", strerror(errno));
 }
 
 /* Validate -> build the header in memory -> temp file -> rename. Each step runs only if the
@@ -594,22 +575,13 @@ int st_write(const char *path, const StWriteTensor *ts, int n, const char *const
     JsonBuf hdr;
     json_buf_init(&hdr, 0);
     if (!rc) rc = build_header(&hdr, path, ts, n, nbytes, meta_kv, n_meta);
-    char *tmp = NULL;
     if (!rc) {
-        size_t tl = strlen(path) + 32;
-        tmp = malloc(tl);
-        if (!tmp) rc = err_set(IM_ENOMEM, "st: out of memory");
-        else snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());  /* same dir: rename is atomic */
+        /* temp file in the same folder, fsync, rename, fsync the folder: the old file at path,
+         * if any, is untouched unless the whole new one made it */
+        Payload pl = {&hdr, ts, n, nbytes};
+        rc = atomic_write(path, emit_payload, &pl);
+        if (rc) rc = err_wrap(rc, "st: cannot write '%s'", path);
     }
-    if (!rc) {
-        int created = 0;
-        rc = write_tmp(tmp, &hdr, ts, n, nbytes, &created);
-        if (!rc && rename(tmp, path) != 0)
-            rc = err_set(IM_EIO, "st: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        if (rc && created) remove(tmp);  /* the old file at path, if any, was never touched */
-        if (!rc) rc = fsync_dir(path);
-    }
-    free(tmp);
     json_buf_free(&hdr);
     free(nbytes);
     return rc;

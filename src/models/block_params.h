@@ -9,6 +9,11 @@
 #ifndef IMPLICIT_BLOCK_PARAMS_H
 #define IMPLICIT_BLOCK_PARAMS_H
 
+#include <stdint.h>
+#include <string.h>
+
+#include "../layers/block.h"
+
 #define MAMBA2_MIXER_PARAMS(X)                                                                 \
     X(mamba2.in_proj, "mixer.in_proj.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, K, D, 0)    \
     X(mamba2.conv_w, "mixer.conv1d.weight", INIT_UNIFORM, 1 / sqrtf(W), 0, 1, 3, C, 1, W)      \
@@ -31,5 +36,17 @@
     X(mlp.fc1, "mlp.fc1.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, 2 * Hm, D, 0)            \
     X(mlp.fc2, "mlp.fc2.weight", INIT_UNIFORM, out_scale / sqrtf(Hm), 0, 1, 2, D, Hm, 0)
 
+/* Turn a BlockW whose members hold offsets (cast to pointers while a table is built) into
+ * pointers into the block `base`; members the block kind does not have stay NULL. */
+static inline void block_params_bind(BlockW *w, const BlockW *off, float *base, const BlockCfg *bc) {
+#define BLOCK_PARAMS_BIND(member, ...) w->member = base + (size_t)(uintptr_t)off->member;
+    memset(w, 0, sizeof *w);
+    w->norm_w = base + (size_t)(uintptr_t)off->norm_w;
+    if (bc->mixer == MIXER_MAMBA2) { MAMBA2_MIXER_PARAMS(BLOCK_PARAMS_BIND) } else { ATTN_MIXER_PARAMS(BLOCK_PARAMS_BIND) }
+    if (bc->mlp.kind != MLP_NONE) w->norm2_w = base + (size_t)(uintptr_t)off->norm2_w;
+    if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(BLOCK_PARAMS_BIND) }
+    if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(BLOCK_PARAMS_BIND) }
+#undef BLOCK_PARAMS_BIND
+}
 
 #endif

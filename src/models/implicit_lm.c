@@ -141,16 +141,6 @@ static void add_layer(Model *m, ImplicitLm *im, int i, BlockW *off) {
 #undef ADD
 }
 
-static void bind_layer(BlockW *w, const BlockW *off, float *base, const BlockCfg *bc) {
-#define BIND(member, ...) w->member = base + (size_t)(uintptr_t)off->member;
-    memset(w, 0, sizeof *w);
-    w->norm_w = base + (size_t)(uintptr_t)off->norm_w;
-    if (bc->mixer == MIXER_MAMBA2) { MAMBA2_MIXER_PARAMS(BIND) } else { ATTN_MIXER_PARAMS(BIND) }
-    if (bc->mlp.kind != MLP_NONE) w->norm2_w = base + (size_t)(uintptr_t)off->norm2_w;
-    if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(BIND) }
-    if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(BIND) }
-#undef BIND
-}
 
 static int build(Model *m, int is_attn) {
     const ModelCfg *c = &m->cfg;
@@ -185,8 +175,8 @@ static int build(Model *m, int is_attn) {
     im->w = xcalloc((size_t)im->L, sizeof *im->w);
     im->dw = xcalloc((size_t)im->L, sizeof *im->dw);
     for (int i = 0; i < im->L; i++) {
-        bind_layer(&im->w[i], &off[i], im->eff, &im->bc);
-        bind_layer(&im->dw[i], &off[i], im->deff, &im->bc);
+        block_params_bind(&im->w[i], &off[i], im->eff, &im->bc);
+        block_params_bind(&im->dw[i], &off[i], im->deff, &im->bc);
     }
     free(off);
     im->S_max = c->grad > c->pretrain_iter ? c->grad : c->pretrain_iter;

@@ -65,17 +65,6 @@ static void add_layer(Model *m, int i, BlockW *off) {
 #undef ADD
 }
 
-/* Turn a BlockW of offsets into pointers into block `base` (NULL stays NULL for absent parts). */
-static void bind(BlockW *w, const BlockW *off, float *base, const BlockCfg *bc) {
-#define BIND(member, ...) w->member = base + (size_t)(uintptr_t)off->member;
-    memset(w, 0, sizeof *w);
-    w->norm_w = base + (size_t)(uintptr_t)off->norm_w;
-    if (bc->mixer == MIXER_MAMBA2) { MAMBA2_MIXER_PARAMS(BIND) } else { ATTN_MIXER_PARAMS(BIND) }
-    if (bc->mlp.kind != MLP_NONE) w->norm2_w = base + (size_t)(uintptr_t)off->norm2_w;
-    if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(BIND) }
-    if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(BIND) }
-#undef BIND
-}
 
 static MlpKind mlp_kind_of(const ModelCfg *c, int is_attn) {
     if (c->d_inner <= 0) return MLP_NONE;
@@ -117,8 +106,8 @@ static void bind_all(Model *m) {
     if (lm->dw[0].norm_w) return;
     for (int i = 0; i < m->cfg.n_layer; i++) {
         BlockW off = lm->w[i];
-        bind(&lm->w[i], &off, m->params, &lm->bc);
-        bind(&lm->dw[i], &off, m->grads, &lm->bc);
+        block_params_bind(&lm->w[i], &off, m->params, &lm->bc);
+        block_params_bind(&lm->dw[i], &off, m->grads, &lm->bc);
     }
 }
 
