@@ -30,7 +30,8 @@ static void train_help(void) {
     train_cfg_defaults(&r);
     printf("usage: implicit train [CONFIG.json] [--key value ...]\n"
            "       implicit train --resume DIR [--steps N ...]\n"
-           "A config file is JSON, flat or sectioned {\"model\": {...}, \"task\": {...}, \"train\": {...}};\n"
+           "A config file is JSON, flat or sectioned {\"model\": {...}, \"task\": {...}, \"train\": {...}}, or a\n"
+           "config of the PyTorch reference (backbone_config / deq_params, mapped by src/io/refcfg.c);\n"
            "--key value overrides it. vocab_size defaults to the task's vocabulary.\n\nmodel keys:\n");
     keytab_print(&model_keytab, &m, stdout);
     printf("\ntask keys:\n");

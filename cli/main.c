@@ -17,6 +17,7 @@ static void usage(FILE *f) {
             "  train --resume DIR   continue an interrupted run bit-exactly\n"
             "  eval CKPT [--k v]    evaluate a checkpoint at several lengths / p values\n"
             "  data dump|show       write or inspect a task's data as a binary file\n"
+            "  demo [--threads N]   train explicit and implicit Mamba2 on a word problem, compare out of distribution\n"
             "  smoke                build every model family, run forward/backward/step, save and reload\n");
 }
 
@@ -89,6 +90,7 @@ int cmd_smoke(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 1; }
@@ -104,6 +106,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\nhint: run `implicit --help`\n", cmd);
     return 1;
 }

@@ -8,6 +8,7 @@
 
 #include "../core/check.h"
 #include "json.h"
+#include "refcfg.h"
 
 int keyjson_set_any(const KeyTab *const *tabs, void *const *objs, int n, const char *key, const char *value) {
     for (int i = 0; i < n; i++) {
@@ -39,6 +40,14 @@ int keyjson_apply(const KeyTab *const *tabs, void *const *objs, int n, const cha
     if (root->type != JSON_OBJECT) {
         json_free(root);
         return err_set(IM_EINVAL, "%s: a config must be a JSON object", where);
+    }
+    /* A config written for the PyTorch reference (a root with backbone_config / deq_params, spec
+     * implicit-lm §11) is mapped onto our keys by refcfg.c instead of the flat/sectioned rules. */
+    int ref = 0;
+    rc = refcfg_apply(tabs, objs, n, root, where, &ref);
+    if (rc || ref) {
+        json_free(root);
+        return rc;
     }
     for (size_t i = 0; i < json_len(root) && !rc; i++) {
         const char *key = json_key_at(root, i);

@@ -1,7 +1,8 @@
 /* keyjson.h: apply a JSON config to one or more key tables (core/keytab.h).
  *
  * A config file is either flat ({"d_model": 64, "lr": 1e-3, ...}) or sectioned by table
- * ({"model": {...}, "task": {...}, "train": {...}}); each key goes to the table that owns it.
+ * ({"model": {...}, "task": {...}, "train": {...}}); each key goes to the table that owns it. A
+ * config written for the PyTorch reference (backbone_config / deq_params) goes through refcfg.h.
  * Numbers, strings and booleans are accepted; an unknown key, a key claimed by no table, or a
  * value of the wrong type is an error naming the key and the file.
  */
