@@ -215,12 +215,19 @@ static void weight_norm_and_memory(void) {
     for (int i = 0; i < 3; i++) {
         const char *kv[] = {"f_max_iter", fmi[i], "grad", gr[i], NULL};
         make(&m, "implicit_mamba2", kv);
+        m.training = 1;
         TH_CHECK(model_plan(&m, B, T) == 0, "%s", err_msg());
         bytes[i] = m.act_bytes;
         model_free(&m);
     }
     TH_CHECK(bytes[0] == bytes[1], "activation memory depends on f_max_iter: %zu vs %zu", bytes[0], bytes[1]);
     TH_CHECK(bytes[2] > bytes[1], "activation memory does not grow with grad: %zu vs %zu", bytes[2], bytes[1]);
+    /* evaluation plans no backward caches */
+    make(&m, "implicit_mamba2", NULL);
+    m.training = 0;
+    TH_CHECK(model_plan(&m, B, T) == 0, "%s", err_msg());
+    TH_CHECK(m.act_bytes < bytes[0], "evaluation plans %zu bytes, training %zu", m.act_bytes, bytes[0]);
+    model_free(&m);
     printf("  activation bytes: f_max_iter 4/64 grad 2: %zu / %zu, grad 8: %zu\n", bytes[0], bytes[1], bytes[2]);
 }
 

@@ -289,20 +289,22 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->xn_inj = arena_floats(a, MD);
     im->rstd_inj = arena_floats(a, M);
     im->u = arena_floats(a, M * im->K);
-    im->du = arena_floats(a, M * im->K);
-    im->dxn = arena_floats(a, MD);
-    im->zs = arena_floats(a, (size_t)(im->S_max + 1) * MD);
+    im->du = m->training ? arena_floats(a, M * im->K) : NULL;
+    im->dxn = m->training ? arena_floats(a, MD) : NULL;
+    /* evaluation keeps no backward state: only training plans the S differentiable steps */
+    int S = m->training ? im->S_max : 1;
+    im->zs = arena_floats(a, (size_t)(S + 1) * MD);
     im->fout = arena_floats(a, MD);
     im->hbuf = arena_floats(a, 2 * MD);
     im->block_cache_per = block_cache_floats(&im->bc, B, T);
     /* per f call: each layer's input and block cache, then norm_f's input and rstd */
     im->fcache_per = (size_t)im->L * (MD + im->block_cache_per) + MD + M;
-    im->fcache = arena_floats(a, (size_t)im->S_max * im->fcache_per);
+    im->fcache = m->training ? arena_floats(a, (size_t)im->S_max * im->fcache_per) : NULL;
     im->scratch = arena_floats(a, block_scratch_floats(&im->bc, B, T));
-    im->dz = arena_floats(a, MD);
-    im->dz2 = arena_floats(a, MD);
-    im->dh = arena_floats(a, MD);
-    im->dh2 = arena_floats(a, MD);
+    im->dz = m->training ? arena_floats(a, MD) : NULL;
+    im->dz2 = m->training ? arena_floats(a, MD) : NULL;
+    im->dh = m->training ? arena_floats(a, MD) : NULL;
+    im->dh2 = m->training ? arena_floats(a, MD) : NULL;
     im->solver_scratch = arena_floats(a, solver_floats(&m->cfg, MD, B));
     im->mask_per = mask_floats(&im->bc, B);
     im->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;

@@ -66,9 +66,11 @@ void model_zero_grad(Model *m) { memset(m->grads, 0, m->tab.total * sizeof(float
 
 int model_plan(Model *m, int B, int T) {
     if (B < 1 || T < 1) return err_set(IM_EINVAL, "batch %d and length %d must be >= 1", B, T);
-    if (B == m->B && T == m->T && m->logits) return IM_OK;
+    /* evaluation needs no backward caches: a mode switch re-plans (implicit models size the
+     * training arena by the number of differentiable steps) */
+    if (B == m->B && T == m->T && m->planned_training == m->training) return IM_OK;
     int rc = m->type->plan(m, B, T);
-    if (!rc) { m->B = B; m->T = T; }
+    if (!rc) { m->B = B; m->T = T; m->planned_training = m->training; }
     return rc;
 }
 

@@ -43,6 +43,7 @@ struct Model {
     float *grads;    /* (tab.total), zeroed by model_zero_grad */
     void *impl;      /* family-specific */
     int B, T;        /* planned batch and length */
+    int planned_training; /* the training flag the activations were planned for */
     int V;           /* padded vocabulary rows of the embedding / logits width */
     float *logits;   /* (B, T, V) after fwd; owned by impl */
     int training;    /* 1: dropout active */
