@@ -126,7 +126,9 @@ int cmd_train(int argc, char **argv) {
             task_free(tk);
         }
         if ((rc = trainer_init(&t, &m, &task, &cfg)))
-            return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task" : "check the config keys");
+            return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task"
+                        : rc == IM_EIO     ? "choose a writable output folder with --out"
+                                           : "check the config keys (`implicit train --help`)");
     }
     rc = trainer_run(&t, 0);
     if (rc) {
