@@ -24,6 +24,7 @@
 
 #include "../src/core/check.h"
 #include "../src/core/timer.h"
+#include "../src/kernels/cpu/gemm.h"
 #include "../src/kernels/kernels.h"
 #include "../src/models/model.h"
 #include "../src/train/optim.h"
@@ -161,8 +162,9 @@ static void run(const Case *c, int repeats) {
     else
         printf("gen_tok_s=%.1f gen_ms_tok=%.4f ms=%.1f cpu_ms=%.1f f_calls_tok=%d tokens=%d", tok / s, s * 1e3 / c->T,
                s * 1e3, cs[(repeats - 1) / 2] * 1e3, GEN_ITERS, c->T);
-    printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s\n", c->B, c->T, c->large ? "256" : "64",
-           ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name());
+    printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s gemm=%s\n", c->B, c->T, c->large ? "256" : "64",
+           ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name(),
+           k_gemm_backend());
     fflush(stdout);
     free(ts); free(cs); free(b.ids); free(b.tg); free(b.tok); free(b.logits);
     if (c->kind == TRAIN) adamw_free(&b.opt);

@@ -15,6 +15,7 @@
 
 #include "../src/core/rng.h"
 #include "../src/core/timer.h"
+#include "../src/kernels/cpu/gemm.h"
 #include "../src/kernels/kernels.h"
 #include "../src/layers/block.h"
 
@@ -100,8 +101,9 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
     qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s\n", c->name,
-           B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name());
+    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s gemm=%s\n", c->name,
+           B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name(),
+           k_gemm_backend());
     fflush(stdout);
     free(ts); free(cs); free(z); free(zo); free(dzo); free(dz); free(cache); free(scratch);
     /* weights are leaked on purpose: a bench process exits right after */

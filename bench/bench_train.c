@@ -12,6 +12,7 @@
 
 #include "../src/core/check.h"
 #include "../src/core/timer.h"
+#include "../src/kernels/cpu/gemm.h"
 #include "../src/kernels/kernels.h"
 #include "../src/models/model.h"
 #include "../src/train/optim.h"
@@ -69,8 +70,9 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
     qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s\n", c->name, B * T / s,
-           s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(), k_blas_name());
+    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s gemm=%s\n", c->name, B * T / s,
+           s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(), k_blas_name(),
+           k_gemm_backend());
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);

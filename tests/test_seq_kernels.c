@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../src/kernels/cpu/ssd_paths.h"
 #include "../src/kernels/kernels.h"
 #include "th.h"
 
@@ -282,6 +283,59 @@ static void test_ssd_groups(Rng *r) {
     ssd_grad_free(&gf);
     ssd_grad_free(&gr);
     free(y0); free(y1); free(h0); free(h1); free(sv); free(dy);
+    ssd_in_free(&s);
+}
+
+/* Both fast SSD paths (ssd_paths.h: the recurrent scan k_ssd_* takes for small states, and the
+ * chunked form) at a shape where both apply: parity with the reference (with h0, hT, dhT; the
+ * scan's backward after its own forward, the chunked one after the reference's `saved`), and
+ * bit-identity at 1 and 3 threads. */
+static void test_ssd_paths(Rng *r) {
+    int B = 3, T = 130, H = 2, P = 16, N = 16, keep = k_get_threads();
+    TH_CHECK(kssd_use_scan(P, N) && !kssd_use_scan(64, 128), "ssd path choice");
+    SsdIn s = ssd_in_new(B, T, H, P, N, r);
+    size_t nx = sz_x(&s), nS = sz_S(&s), nsv = k_ssd_saved_floats(B, T, H, P, N);
+    float *y0 = th_alloc(nx), *sv0 = th_alloc(nsv), *h0r = th_alloc(nS), *dy = th_alloc(nx);
+    float *dhT = th_alloc(nS);
+    th_fill_normal(dy, nx, r, 1.0f);
+    th_fill_normal(dhT, nS, r, 1.0f);
+    ssd_run_fwd(k_ssd_fwd_ref, &s, 1, y0, sv0, h0r);
+    SsdGrad gr = ssd_grad_new(&s);
+    ssd_run_bwd(k_ssd_bwd_ref, &s, 1, &gr, dy, dhT, NULL);
+    SsdFwdFn fw[2] = {kssd_scan_fwd, kssd_chunked_fwd};
+    SsdBwdFn bw[2] = {kssd_scan_bwd, kssd_chunked_bwd};
+    for (int path = 0; path < 2; path++) {
+        const char *tag = path ? "chunked" : "scan";
+        float *y[2], *sv[2], *hT[2];
+        SsdGrad g[2];
+        for (int run = 0; run < 2; run++) { /* 1 thread, then 3 */
+            k_set_threads(run ? 3 : 1);
+            y[run] = th_alloc(nx), sv[run] = th_alloc(nsv), hT[run] = th_alloc(nS);
+            ssd_run_fwd(fw[path], &s, 1, y[run], sv[run], hT[run]);
+            g[run] = ssd_grad_new(&s);
+            ssd_run_bwd(bw[path], &s, 1, &g[run], dy, dhT, path ? sv0 : sv[run]);
+        }
+        k_set_threads(keep);
+        close_arr(y[0], y0, nx, 2e-5, &max_err_fwd, "ssd path fwd y", tag);
+        close_arr(sv[0], sv0, nsv, 2e-5, &max_err_fwd, "ssd path fwd saved", tag);
+        close_arr(hT[0], h0r, nS, 2e-5, &max_err_fwd, "ssd path fwd hT", tag);
+        float *ga[7] = {g[0].dx, g[0].ddt, g[0].dA, g[0].dBm, g[0].dCm, g[0].dD, g[0].dh0};
+        float *gb[7] = {g[1].dx, g[1].ddt, g[1].dA, g[1].dBm, g[1].dCm, g[1].dD, g[1].dh0};
+        float *gra[7] = {gr.dx, gr.ddt, gr.dA, gr.dBm, gr.dCm, gr.dD, gr.dh0};
+        size_t ns[7] = {nx, sz_dt(&s), (size_t)H, sz_bc(&s), sz_bc(&s), (size_t)H, nS};
+        int same = bits_equal(y[0], y[1], nx) && bits_equal(sv[0], sv[1], nsv);
+        for (int a = 0; a < 7; a++) {
+            close_arr(ga[a], gra[a], ns[a], 1e-4, &max_err_bwd, "ssd path bwd", tag);
+            same &= bits_equal(ga[a], gb[a], ns[a]);
+        }
+        TH_CHECK(same, "ssd %s path differs between 1 and 3 threads", tag);
+        for (int run = 0; run < 2; run++) {
+            free(y[run]); free(sv[run]); free(hT[run]);
+            ssd_grad_free(&g[run]);
+        }
+    }
+    ssd_grad_free(&gr);
+    free(y0); free(sv0); free(h0r); free(dy); free(dhT);
     ssd_in_free(&s);
 }
 
@@ -641,6 +695,7 @@ int main(void) {
     }
     test_ssd_subsets(&r);
     test_ssd_groups(&r);
+    test_ssd_paths(&r);
     test_ssd_step(2, 7, 3, 5, 3, &r);
     test_ssd_step(2, 100, 2, 4, 7, &r);
 

@@ -8,9 +8,9 @@
  * split into its own contiguous array ("blocked" zx, see in_proj_fwd), and the gradients come
  * back the same way. Only the single-token step (B rows) still copies.
  *
- * Memory (STYLE §8.3): see mamba2.h. The cache holds zx (blocked), ys, rstd and the scan's
- * chunk-entry states; the backward recomputes the conv, silu, dt and (only when dW of out_proj
- * is wanted) the normed yn from them.
+ * Memory (STYLE §8.3): see mamba2.h. The cache holds zx (blocked), ys, rstd, dt and the scan's
+ * chunk-entry states; the backward recomputes the conv, silu and (only when dW of out_proj is
+ * wanted) the normed yn from them.
  * Out of scope: see mamba2.h.
  */
 #include "mamba2.h"
@@ -86,18 +86,16 @@ static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const f
                         const float *u, size_t M) {
     const Parts p = parts_of(c);
     const int D = c->D;
-    for (int i = 0; i < NPART; i++) /* block i (M, n_i) = x (M, D) @ W[off_i .. off_i + n_i]^T */
-        k_gemm(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D, 0.f,
+    /* The injection is added to the full K-wide pre-activation: u's columns are first copied block
+     * by block into zx (a serial O(M K) pass; layers run no threads of their own), and the GEMMs
+     * then accumulate onto them (beta = 1), which costs no more than writing (beta = 0). */
+    if (u)
+        for (size_t m = 0; m < M; m++)
+            for (int i = 0; i < NPART; i++)
+                memcpy(blk(zx, &p, M, i) + m * p.n[i], u + m * c->K + p.off[i], sizeof(float) * p.n[i]);
+    for (int i = 0; i < NPART; i++) /* block i (M, n_i) (+)= x (M, D) @ W[off_i .. off_i + n_i]^T */
+        k_gemm(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D, u ? 1.f : 0.f,
                blk(zx, &p, M, i), p.n[i]);
-    if (!u) return;
-    /* the injection is added to the full K-wide pre-activation: u's columns go block by block
-     * (a serial O(M K) pass next to the O(M K D) GEMMs; layers run no threads of their own) */
-    for (size_t m = 0; m < M; m++)
-        for (int i = 0; i < NPART; i++) {
-            float *dst = blk(zx, &p, M, i) + m * p.n[i];
-            const float *src = u + m * c->K + p.off[i];
-            for (int j = 0; j < p.n[i]; j++) dst[j] += src[j];
-        }
 }
 
 /* Backward of in_proj_fwd for a blocked gradient dzx: dx += sum_i dzx_i W_i, dW_i += dzx_i^T x,
@@ -129,7 +127,6 @@ typedef struct {
     float *xs;  /* (M, E) = (B,T,H,P) scan input */
     float *bm;  /* (M, N) */
     float *cm;  /* (M, N) */
-    float *dt;  /* (M, H) softplus(dtraw + dt_bias) */
     float *A;   /* (H) -exp(A_log) */
     float *yn;  /* (M, E) gated-norm output = out_proj input */
 } Front;
@@ -141,7 +138,6 @@ static size_t front_carve(const Mamba2Cfg *c, size_t M, int separate_xc, float *
     f->xs = f->xa;
     f->bm = base ? f->xa + M * c->E : NULL;
     f->cm = base ? f->bm + M * c->N : NULL;
-    f->dt = take(base, &off, M * c->H);
     f->A = take(base, &off, (size_t)c->H);
     f->yn = take(base, &off, M * c->E);
     return off;
@@ -172,10 +168,11 @@ static size_t grads_carve(const Mamba2Cfg *c, size_t M, float *base, Grads *g) {
     return off;
 }
 
-/* The cache: zx (M*K, blocked) | ys (M,E) | rstd (M) | ssd saved. The forward without a cache
- * puts the first three in scratch (after the Front) and passes saved = NULL. */
+/* The cache: zx (M*K, blocked) | ys (M,E) | rstd (M) | dt (M,H) | ssd saved. The forward without
+ * a cache puts the first four in scratch (after the Front) and passes saved = NULL. dt is kept
+ * (H floats a token) so the backward need not redo the scalar softplus. */
 typedef struct {
-    float *zx, *ys, *rstd, *saved;
+    float *zx, *ys, *rstd, *dt, *saved;
 } Keep;
 
 static size_t keep_carve(const Mamba2Cfg *c, int B, int T, int with_saved, float *base, Keep *k) {
@@ -183,6 +180,7 @@ static size_t keep_carve(const Mamba2Cfg *c, int B, int T, int with_saved, float
     k->zx = take(base, &off, M * c->K);
     k->ys = take(base, &off, M * c->E);
     k->rstd = take(base, &off, M);
+    k->dt = take(base, &off, M * c->H);
     k->saved = take(base, &off, with_saved ? k_ssd_saved_floats(B, T, c->H, c->P, c->N) : 0);
     return off;
 }
@@ -218,13 +216,16 @@ static void dt_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *dt, float *A, co
     for (int h = 0; h < H; h++) A[h] = -expf(w->A_log[h]);
 }
 
-/* Everything from the blocked zx to the scan inputs: softplus, A, conv + silu per group.
- * When f->xc != f->xa the pre-silu conv output is kept for the backward. */
-static void front_fwd(const Mamba2Cfg *c, const Mamba2W *w, const Front *f, float *zx, int B,
-                      int T) {
+/* Everything from the blocked zx to the scan inputs: softplus into dt (unless dt is NULL: the
+ * backward reads the cached one), A, conv + silu per group. When f->xc != f->xa the pre-silu conv
+ * output is kept for the backward. */
+static void front_fwd(const Mamba2Cfg *c, const Mamba2W *w, const Front *f, float *zx, float *dt,
+                      int B, int T) {
     const Parts p = parts_of(c);
     const size_t M = (size_t)B * T;
-    dt_fwd(c, w, f->dt, f->A, blk(zx, &p, M, PDT), M);
+    if (dt) dt_fwd(c, w, dt, f->A, blk(zx, &p, M, PDT), M);
+    else
+        for (int h = 0; h < c->H; h++) f->A[h] = -expf(w->A_log[h]);
     /* xBC = silu(causalconv(xBC)), one depthwise conv per group x | B | C (conv channels
      * [off_i - E, off_i - E + n_i)), one silu over all three */
     for (int i = PX; i <= PC; i++) {
@@ -279,11 +280,11 @@ void mamba2_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x, 
 
     /* zx = in_proj(x) + u, blocked */
     in_proj_fwd(c, w, k.zx, x, u, M);
-    front_fwd(c, w, &f, k.zx, B, T);
+    front_fwd(c, w, &f, k.zx, k.dt, B, T);
 
     /* SSD scan with the Dskip term; hT goes straight into the prefill ssm_state. */
     float *hT = state_out ? state_out + (size_t)B * c->C * c->W : NULL;
-    k_ssd_fwd(k.ys, cache ? k.saved : NULL, hT, f.xs, f.dt, f.A, f.bm, f.cm, w->Dskip, NULL, B, T,
+    k_ssd_fwd(k.ys, cache ? k.saved : NULL, hT, f.xs, k.dt, f.A, f.bm, f.cm, w->Dskip, NULL, B, T,
               c->H, c->P, c->N);
     k_gated_rmsnorm_fwd(f.yn, cache ? k.rstd : NULL, k.ys, k.zx /* zgate block */, w->norm_w, (int)M,
                         c->E, c->eps);
@@ -349,7 +350,7 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
     keep_carve(c, B, T, 1, (float *)cache, &k); /* read-only use below */
 
     /* Recompute the activations the cache does not hold (yn only feeds dW of out_proj). */
-    front_fwd(c, w, &f, k.zx, B, T);
+    front_fwd(c, w, &f, k.zx, NULL, B, T);
     int want_dwo = dW && dW->out_proj;
     if (want_dwo) k_gated_rmsnorm_fwd(f.yn, NULL, k.ys, k.zx, w->norm_w, (int)M, E, c->eps);
 
@@ -374,7 +375,7 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
     memset(g.ddt, 0, sizeof(float) * M * H);
     memset(g.dA, 0, sizeof(float) * H);
     float *dxs = g.dxa, *dbm = g.dxa + M * E, *dcm = dbm + M * N;
-    k_ssd_bwd(dxs, g.ddt, g.dA, dbm, dcm, dW ? dW->Dskip : NULL, NULL, g.dys, NULL, f.xs, f.dt, f.A,
+    k_ssd_bwd(dxs, g.ddt, g.dA, dbm, dcm, dW ? dW->Dskip : NULL, NULL, g.dys, NULL, f.xs, k.dt, f.A,
               f.bm, f.cm, w->Dskip, NULL, k.saved, B, T, H, c->P, N);
     if (dW && dW->A_log) /* A = -exp(A_log): dA_log = dA * A */
         for (int h = 0; h < H; h++) dW->A_log[h] += g.dA[h] * f.A[h];
@@ -397,6 +398,7 @@ typedef struct {
     float *xbc; /* (B, C) pre-conv xBC, row-major */
     float *xr;  /* (B, C) silu(conv), row-major */
     float *ys;  /* (B, E) */
+    float *dt;  /* (B, H) */
 } StepBufs;
 
 static size_t step_carve(const Mamba2Cfg *c, int B, float *base, Front *f, StepBufs *s) {
@@ -405,6 +407,7 @@ static size_t step_carve(const Mamba2Cfg *c, int B, float *base, Front *f, StepB
     s->xbc = take(base, &off, (size_t)B * c->C);
     s->xr = take(base, &off, (size_t)B * c->C);
     s->ys = take(base, &off, (size_t)B * c->E);
+    s->dt = take(base, &off, (size_t)B * c->H);
     return off;
 }
 
@@ -428,7 +431,7 @@ void mamba2_step(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x,
 
     /* zx = in_proj(x_t) + u_t (blocked); dt = softplus(dtraw + dt_bias); gather xBC rows */
     in_proj_fwd(c, w, s.zx, x, u, nb);
-    dt_fwd(c, w, f.dt, f.A, blk(s.zx, &p, nb, PDT), nb);
+    dt_fwd(c, w, s.dt, f.A, blk(s.zx, &p, nb, PDT), nb);
     for (int i = PX; i <= PC; i++)
         for (int b = 0; b < B; b++)
             memcpy(s.xbc + (size_t)b * C + (p.off[i] - E), blk(s.zx, &p, nb, i) + (size_t)b * p.n[i],
@@ -443,7 +446,7 @@ void mamba2_step(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x,
                    sizeof(float) * p.n[i]);
 
     /* S' = exp(dt A) S + dt xs (x) Bm ;  y = S' Cm + Dskip xs ; gated norm ; out_proj */
-    k_ssd_step(s.ys, state_out ? state_out + conv_n : NULL, state_in + conv_n, f.xs, f.dt, f.A,
+    k_ssd_step(s.ys, state_out ? state_out + conv_n : NULL, state_in + conv_n, f.xs, s.dt, f.A,
                f.bm, f.cm, w->Dskip, B, H, c->P, c->N);
     k_gated_rmsnorm_fwd(f.yn, NULL, s.ys, blk(s.zx, &p, nb, PZ), w->norm_w, B, E, c->eps);
     k_linear_fwd(y, f.yn, w->out_proj, NULL, B, E, c->D);

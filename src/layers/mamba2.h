@@ -58,9 +58,9 @@ typedef struct {
  *   zx (K)   = in_proj(x) + u, from which zgate, pre-conv xBC and dtraw are re-read (stored
  *              as five contiguous per-split arrays, an internal layout);
  *   ys (E)   = SSD output before the gated norm (needed by the norm's backward);
- *   rstd (1) = the gated norm's reciprocal RMS;
+ *   rstd (1) = the gated norm's reciprocal RMS;   dt (H) = softplus(dtraw + dt_bias);
  * plus the scan's k_ssd_saved_floats(B,T,H,P,N) (chunk-entry states, NOT per-timestep states).
- * The backward recomputes the conv + silu (cheap, O(T*C*W)), dt and the normed yn. */
+ * The backward recomputes the conv + silu (cheap, O(T*C*W)) and the normed yn. */
 size_t mamba2_cache_floats(const Mamba2Cfg *c, int B, int T);
 /* Temporaries of mamba2_fwd and mamba2_bwd (one size covers both). */
 size_t mamba2_scratch_floats(const Mamba2Cfg *c, int B, int T);

@@ -69,7 +69,7 @@ static float exp_sum(float *x, int n, float scale, float m) {
         x[i] = vexp(x[i] * scale - m);
         s += x[i];
     }
-    for (int l = 0; l < LANES; l++) s += acc[l];
+    s += lanes_total(acc);
     return s;
 }
 

@@ -198,7 +198,7 @@ static void gated_bwd_row(float *dx, float *dz, float *pw, float *sg, const floa
         sg[c] = s;
         dot += dy[c] * w[c] * (x[c] * (z[c] * s));
     }
-    for (int l = 0; l < LANES; l++) dot += acc[l];
+    dot += lanes_total(acc);
     float k = r * r * r / (float)C * dot;
     if (dx)
         for (c = 0; c < C; c++) {
@@ -262,7 +262,7 @@ static float logsumexp(const float *l, int V) {
         for (int k = 0; k < LANES; k++) acc[k] += vexp(l[j + k] - mx);
     float s = 0.0f;
     for (; j < V; j++) s += vexp(l[j] - mx);
-    for (int k = 0; k < LANES; k++) s += acc[k];
+    s += lanes_total(acc);
     return mx + logf(s);
 }
 

@@ -1,7 +1,8 @@
 /* cpu/gemm.c: fast single-precision GEMM and the Linear layer built on it (kernels.h "GEMM").
  *
- * k_gemm calls cblas_sgemm when built with OpenBLAS (-DIM_OPENBLAS) and otherwise the built-in
- * k_gemm_blocked below, a GotoBLAS/BLIS-style blocked GEMM written in plain C:
+ * k_gemm calls cblas_sgemm when built with OpenBLAS (-DIM_OPENBLAS) and running on one thread,
+ * and otherwise the built-in k_gemm_blocked below (see use_blas), a GotoBLAS/BLIS-style blocked
+ * GEMM written in plain C:
  *   for each NC-wide column block of C, for each KC-deep slice of K:
  *     pack op(B)[slice, block] into NR-wide panels (shared by all threads),
  *     for each MC-tall row block (in parallel): pack op(A) into MR-tall panels, then run an
@@ -200,8 +201,28 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
     }
 }
 
+/* With OpenBLAS, a single thread calls cblas_sgemm (5-15% faster than k_gemm_blocked on the
+ * model's shapes), but with more than one thread the built-in GEMM runs on OpenMP's pool: OpenBLAS
+ * (pthreads build) keeps its own pool, whose workers spin between calls on the very cores the
+ * OpenMP workers need, and vice versa. Measured on the 2-core machine at 2 threads (bench_layers,
+ * bench_train): 16-40% shorter steps with the one pool (llama, Mamba2 blocks, train_small), and
+ * far steadier ones. Results stay bit-identical at any thread count >= 2. */
+static int use_blas(void) {
+#ifdef IM_OPENBLAS
+    return k_get_threads() == 1;
+#else
+    return 0;
+#endif
+}
+
+const char *k_gemm_backend(void) { return use_blas() ? "openblas" : "builtin"; }
+
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!use_blas()) {
+        k_gemm_blocked(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
 #ifdef IM_OPENBLAS
     CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=%d N=%d K=%d", M, N, K);
     if (M == 0 || N == 0) return;
@@ -211,8 +232,6 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
     }
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#else
-    k_gemm_blocked(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 }
 

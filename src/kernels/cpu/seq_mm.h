@@ -37,9 +37,9 @@ static inline float kseq_dot(const float *a, const float *b, int n) {
     for (; i + 16 <= n; i += 16)
         for (int j = 0; j < 16; j++) part[j] += a[i + j] * b[i + j];
     for (; i < n; i++) part[i & 15] += a[i] * b[i];
-    float s = 0.0f;
-    for (int j = 0; j < 16; j++) s += part[j];
-    return s;
+    for (int w = 8; w >= 1; w /= 2) /* pairwise tree: a few vector adds, not 16 dependent ones */
+        for (int j = 0; j < w; j++) part[j] += part[j + w];
+    return part[0];
 }
 
 #endif

@@ -85,7 +85,8 @@ static inline float vsum(vf v) {
 }
 
 /* The recurrence beats the chunked products while the state is a handful of vectors (measured
- * with the kernels alone, 1 thread: P = N = 16 fwd+bwd ~3x faster; P = N = 32 slower). */
+ * with the kernels alone, 1 thread, B 32, T 256, H 8: P = N = 16 fwd+bwd 8 ms vs 17 ms chunked;
+ * P = N = 32 and P = 16, N = 32 slower than chunked). */
 int kssd_use_scan(int P, int N) { return P % VW == 0 && N % VW == 0 && (size_t)P * N <= 256; }
 
 /* dst (cols, rows) = src (rows, cols) transposed. */
@@ -192,28 +193,30 @@ typedef struct {
 static inline void vadd_to(float *dst, vf v) { vstore(dst, vload(dst) + v); }
 
 /* Chunk [t0, t0 + L) in reverse. St:(L+1, P, N) holds S_{t0-1 .. t0+L-1}; G:(P, N) and GT:(N, P)
- * (vectors along N and along P) enter holding a_{t0+L} dL/dS_{t0+L} (or dhT) and leave holding
- * a_{t0} dL/dS_{t0}. */
-static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *GT, const float *St,
-                                                          const float *at, const float *dy,
-                                                          const BhIn *v, int t0, int L, const int P,
-                                                          const int N) {
+ * (vectors along N and along P) enter holding dL/dS_{t0+L} (or dhT) with its decay a_{t0+L} still
+ * to apply (*pend), and leave holding dL/dS_{t0} with *pend = a_{t0}: deferring the scale lets
+ * each step fold it into the update's FMA (G = a G + dy C) instead of a separate multiply. */
+static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *GT, float *pend,
+                                                          const float *St, const float *at,
+                                                          const float *dy, const BhIn *v, int t0,
+                                                          int L, const int P, const int N) {
     const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
     const int NP = P / VW, NN = N / VW;
     vf Gl[MAXV], GTl[MAXV]; /* local copies (see fwd_run) */
     memcpy(Gl, G, sizeof(vf) * P * NN);
     memcpy(GTl, GT, sizeof(vf) * N * NP);
+    float sc = *pend;
     for (int i = L - 1; i >= 0; i--) {
         int t = t0 + i;
         const float *xt = v->x + t * ld, *gy = dy + t * ld;
         const float *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
         const float *Sp = St + (size_t)i * PN, *Sc = Sp + PN; /* S_{t-1}, S_t */
         float dtt = v->dt[(size_t)t * v->H], a = at[i];
-        /* G_t = (what came from t+1) + dy_t (x) C_t, in both layouts */
+        /* G_t = a_{t+1} G_{t+1} + dy_t (x) C_t, in both layouts */
         for (int p = 0; p < P; p++)
-            for (int j = 0; j < NN; j++) Gl[p * NN + j] += gy[p] * vload(ct + j * VW);
+            for (int j = 0; j < NN; j++) Gl[p * NN + j] = sc * Gl[p * NN + j] + gy[p] * vload(ct + j * VW);
         for (int n = 0; n < N; n++)
-            for (int j = 0; j < NP; j++) GTl[n * NP + j] += ct[n] * vload(gy + j * VW);
+            for (int j = 0; j < NP; j++) GTl[n * NP + j] = sc * GTl[n * NP + j] + ct[n] * vload(gy + j * VW);
         /* <G_t, S_{t-1}>;  dC_t += sum_p dy[p] S_t[p,:];  dB_t += dt sum_p x[p] G[p,:]
          * (each sum as two interleaved chains: twice the FMAs in flight) */
         vf ga0 = {0}, ga1 = {0};
@@ -250,9 +253,9 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
         /* a_t = exp(dt A): d a / d dt = a A, d a / d A = a dt */
         if (o->ddt) o->ddt[(size_t)t * v->H] += vsum(gdt) + g_alpha * a * v->A;
         o->pA += (double)g_alpha * a * dtt;
-        for (int j = 0; j < P * NN; j++) Gl[j] *= a; /* now a_t dL/dS_t */
-        for (int j = 0; j < N * NP; j++) GTl[j] *= a;
+        sc = a; /* the step before t gets a_t G_t */
     }
+    *pend = sc;
     memcpy(G, Gl, sizeof(vf) * P * NN);
     memcpy(GT, GTl, sizeof(vf) * N * NP);
 }
@@ -292,6 +295,7 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
     size_t PN = (size_t)P * N;
     float *G = ws, *GT = G + PN, *St = GT + PN; /* P, N are multiples of VW: vf-aligned */
     float *at = St + ((size_t)Q + 1) * PN;      /* (Q) decays of a chunk */
+    float pend = 1.0f;                          /* decay not yet applied to G, GT (bwd_run) */
     if (dhT) {
         memcpy(G, dhT, sizeof(float) * PN);
         transpose(GT, dhT, P, N);
@@ -304,14 +308,14 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
         decays(at, v, t0, L);
         if (P == 16 && N == 16) {
             states_run(St, S0, at, v, t0, L, dy, o->dx, 16, 16);
-            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, 16, 16);
+            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, 16, 16);
         } else {
             states_run(St, S0, at, v, t0, L, dy, o->dx, P, N);
-            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, St, at, dy, v, t0, L, P, N);
+            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, P, N);
         }
     }
-    if (dh0)
-        for (size_t j = 0; j < PN; j++) dh0[j] += G[j];
+    if (dh0) /* dL/dS_{-1} = a_0 dL/dS_0 */
+        for (size_t j = 0; j < PN; j++) dh0[j] += pend * G[j];
 }
 
 void kssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, float *dh0,

@@ -5,8 +5,9 @@
  *   Cephes degree-6 polynomial for exp(r): about 2 ulp on the normal range. Underflow gives 0,
  *   overflow gives +inf and NaN stays NaN (the solver's divergence checks rely on that), with
  *   no float-to-int conversion of NaN (type punning of the rounded value instead).
- * - lane-parallel dot products: LANES independent partial sums combined in a fixed order, the
- *   reassociation -ffast-math would allow, done explicitly so the result depends only on n.
+ * - lane-parallel dot products: LANES independent partial sums combined in a fixed order (a
+ *   pairwise tree), the reassociation -ffast-math would allow, done explicitly so the result
+ *   depends only on n.
  * Out of scope: log/tanh (libm is used where they appear; they are not on hot paths).
  */
 #ifndef IMPLICIT_KERNELS_CPU_VMATH_H
@@ -54,6 +55,15 @@ static inline float vexp(float x0) {
 static inline float vsigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
 static inline float vsilu(float x) { return x / (1.0f + vexp(-x)); }
 
+/* acc[0] + ... + acc[LANES-1] as a pairwise tree (halves added lane by lane: a few vector adds,
+ * where a left-to-right sum is a chain of LANES dependent adds, ~100 cycles per row). The order is
+ * fixed, so results still depend on n only. acc is clobbered. */
+static inline float lanes_total(float *acc) {
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
 /* sum_i a[i] b[i] with LANES partial sums: depends on n only, never on threads. */
 static inline float dot_lanes(const float *a, const float *b, int n) {
     float acc[LANES];
@@ -63,7 +73,7 @@ static inline float dot_lanes(const float *a, const float *b, int n) {
         for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
     float s = 0.0f;
     for (; i < n; i++) s += a[i] * b[i];
-    for (int l = 0; l < LANES; l++) s += acc[l];
+    s += lanes_total(acc);
     return s;
 }
 
@@ -76,7 +86,7 @@ static inline float dot3_lanes(const float *a, const float *b, const float *c, i
         for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l] * c[i + l];
     float s = 0.0f;
     for (; i < n; i++) s += a[i] * b[i] * c[i];
-    for (int l = 0; l < LANES; l++) s += acc[l];
+    s += lanes_total(acc);
     return s;
 }
 
@@ -89,7 +99,7 @@ static inline float sum_lanes(const float *x, int n) {
         for (int l = 0; l < LANES; l++) acc[l] += x[i + l];
     float s = 0.0f;
     for (; i < n; i++) s += x[i];
-    for (int l = 0; l < LANES; l++) s += acc[l];
+    s += lanes_total(acc);
     return s;
 }
 
@@ -102,8 +112,9 @@ static inline float max_lanes(const float *x, int n) {
         for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
     float m = -INFINITY;
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    for (int l = 0; l < LANES; l++) m = acc[l] > m ? acc[l] : m;
-    return m;
+    for (int w = LANES / 2; w >= 1; w /= 2) /* pairwise, as lanes_total */
+        for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+    return acc[0] > m ? acc[0] : m;
 }
 
 #endif
