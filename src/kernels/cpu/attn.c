@@ -27,29 +27,11 @@
 #include "seq_mm.h"
 #include "vmath.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threading.h"
 
 #define QB 64 /* query rows per block */
 
 static int imin(int a, int b) { return a < b ? a : b; }
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* x[i] = e^{x[i] scale - m} for i < n, returning their sum (LANES fixed partial sums, vmath.h), in
  * one vectorised pass; vexp instead of libm expf (a scalar call that dominated the softmax). NaN
@@ -206,11 +188,11 @@ void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const floa
           HD);
     Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
     size_t wsz = ws_floats(&d);
-    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * max_threads());
+    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * kt_max_threads());
     /* one (b, head) per item: K^T is formed once and serves every query block */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
-        Ws w = ws_carve(wsbuf + wsz * thread_id(), &d);
+        Ws w = ws_carve(wsbuf + wsz * kt_thread_id(), &d);
         int b = i / NH, h = i % NH;
         transpose_head(w.KT, k + (size_t)b * T * d.rs + (size_t)h * HD, &d);
         for (int i0 = 0; i0 < T; i0 += QB) fwd_block(&w, o, lse, q, v, &d, b, h, i0);
@@ -275,10 +257,10 @@ void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float 
     if (!dq && !dk && !dv) return;
     Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
     size_t wsz = ws_floats(&d);
-    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * max_threads());
+    float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * kt_max_threads());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
-        Ws w = ws_carve(wsbuf + wsz * thread_id(), &d);
+        Ws w = ws_carve(wsbuf + wsz * kt_thread_id(), &d);
         bwd_bh(&w, dq, dk, dv, dout, q, k, v, o, lse, &d, i / NH, i % NH);
     }
 }
@@ -291,10 +273,10 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
     CHECK(n_cached >= 0 && n_cached <= Tmax, "attn_step: n_cached=%d Tmax=%d", n_cached, Tmax);
     float scale = 1.0f / sqrtf((float)HD);
     size_t nsc = (size_t)n_cached + 1;
-    float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * max_threads()); /* scores of one (b, head) */
+    float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * kt_max_threads()); /* scores of one (b, head) */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * NH; i++) {
-        float *sc = scbuf + nsc * thread_id();
+        float *sc = scbuf + nsc * kt_thread_id();
         const float *qh = q + (size_t)i * HD;
         const float *kc = kcache + (size_t)i * Tmax * HD, *vc = vcache + (size_t)i * Tmax * HD;
         float m = -INFINITY, sum = 0.0f;

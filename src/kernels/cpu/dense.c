@@ -18,25 +18,7 @@
 #include "kscratch.h"
 #include "vmath.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
+#include "threading.h"
 
 /* Row-parallel loops go parallel above this many elements in total. */
 #define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
@@ -221,11 +203,11 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
     float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw, as k_rmsnorm_bwd */
     /* one row of sigmoid(z) per thread (persistent scratch, taken outside the parallel region) */
     size_t cs = ((size_t)C + 15) / 16 * 16;
-    float *sgbuf = kscratch_floats(KS_NORM_ROW, cs * (par ? max_threads() : 1));
+    float *sgbuf = kscratch_floats(KS_NORM_ROW, cs * (par ? kt_max_threads() : 1));
 #pragma omp parallel for schedule(static) if (par)
     for (int b = 0; b < nb; b++) {
         float *pw = part ? part + (size_t)b * C : NULL;
-        float *sg = sgbuf + cs * thread_id();
+        float *sg = sgbuf + cs * kt_thread_id();
         if (pw)
             for (int c = 0; c < C; c++) pw[c] = 0.0f;
         for (int i = b * NORM_RB; i < M && i < (b + 1) * NORM_RB; i++) {

@@ -39,29 +39,11 @@
 #include "ssd_paths.h"
 #include "vmath.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threading.h"
 
 #define Q SSD_CHUNK
 
 static int imin(int a, int b) { return a < b ? a : b; }
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* ---- per-thread chunk workspace ------------------------------------------------------------ */
 
@@ -235,7 +217,7 @@ static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims
 /* Sequences per group: phase A (or 1) for a group, then phase B (or 2) for it, so that the group's
  * chunk states (H nch P N floats per sequence, 2 MiB at H 16, P 64, N 128) are still in cache when
  * phase B reads them, whether they live in `saved` or in scratch. */
-static int group_size(int B) { return imin(B > 0 ? B : 1, 2 * max_threads()); }
+static int group_size(int B) { return imin(B > 0 ? B : 1, 2 * kt_max_threads()); }
 
 void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const float *dt,
                       const float *A, const float *Bm, const float *Cm, const float *Dskip,
@@ -244,7 +226,7 @@ void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const f
           B, T, H, P, N);
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
-    int nt = max_threads(), gb = group_size(B);
+    int nt = kt_max_threads(), gb = group_size(B);
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
     float *stbuf = saved ? NULL : kscratch_floats(KS_SSD_ST, per_b * gb + 1);
     for (int b0 = 0; b0 < B; b0 += gb) {
@@ -252,7 +234,7 @@ void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const f
         float *st = saved ? saved + (size_t)b0 * per_b : stbuf; /* (nb, H, nch, P, N) */
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nb * H; i++) {
-            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int b = b0 + i / H, h = i % H;
             size_t bh = (size_t)b * H + h;
             fwd_states(&ws, st + (size_t)i * d.nch * PN, hT ? hT + bh * PN : NULL,
@@ -260,7 +242,7 @@ void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const f
         }
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nb * d.nch; i++) {
-            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int bl = i / d.nch;
             fwd_chunk(&ws, y, st + (size_t)bl * per_b, h0 == NULL, &d, b0 + bl, i % d.nch);
         }
@@ -443,7 +425,7 @@ void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, 
     (void)h0; /* the entry state of chunk 0 is in saved */
     Dims d = {B, T, H, P, N, (T + Q - 1) / Q, x, dt, A, Bm, Cm, Dskip};
     size_t PN = (size_t)P * N, per_b = (size_t)H * d.nch * PN, wsz = ws_floats(P, N);
-    int nt = max_threads(), gb = group_size(B);
+    int nt = kt_max_threads(), gb = group_size(B);
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * nt);
     float *gse = kscratch_floats(KS_SSD_ST, per_b * gb + 1); /* (gb, H, nch, P, N) */
     double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * d.nch * H + 1)); /* pA, pD */
@@ -452,7 +434,7 @@ void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, 
         int nb = imin(gb, B - b0);
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nb * H; i++) {
-            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int b = b0 + i / H, h = i % H;
             size_t bh = (size_t)b * H + h;
             bwd_chain(&ws, gse + (size_t)i * d.nch * PN, dh0 ? dh0 + bh * PN : NULL,
@@ -460,7 +442,7 @@ void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, 
         }
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nb * d.nch; i++) {
-            Ws ws = ws_carve(wsbuf + wsz * thread_id(), P, N);
+            Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int bl = i / d.nch;
             bwd_chunk(&ws, &g, dBm, dCm, dy, saved + (size_t)(b0 + bl) * per_b,
                       gse + (size_t)bl * per_b, &d, b0 + bl, i % d.nch);
@@ -505,12 +487,12 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
                 int B, int H, int P, int N) {
     CHECK(B >= 0 && H > 0 && P > 0 && N > 0, "ssd_step: bad dims B=%d H=%d P=%d N=%d", B, H, P, N);
     size_t PN = (size_t)P * N;
-    int nt = max_threads();
+    int nt = kt_max_threads();
     float *rows = kscratch_floats(KS_SSD_STEP, (size_t)N * nt); /* one new state row per thread */
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
-        float *row = rows + (size_t)N * thread_id();
+        float *row = rows + (size_t)N * kt_thread_id();
         const float *bt = Bm + (size_t)b * N, *ct = Cm + (size_t)b * N, *xi = x + (size_t)i * P;
         float dti = dt[i], alpha = expf(dti * A[h]);
         for (int p = 0; p < P; p++) {

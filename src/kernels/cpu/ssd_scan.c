@@ -33,29 +33,11 @@
 #include "kscratch.h"
 #include "ssd_paths.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threading.h"
 
 #define Q SSD_CHUNK
 
 static int imin(int a, int b) { return a < b ? a : b; }
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* Vectors of VW floats (GNU vector extension, as cpu/seq_mm.c): state rows along P or N are whole
  * vectors, so every update is a vector FMA, and for P = N = 16 the compiler keeps the states in
@@ -169,7 +151,7 @@ void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const floa
           B, T, H, P, N);
     CHECK(kssd_use_scan(P, N), "ssd scan: P=%d N=%d not supported (use the chunked form)", P, N);
     size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q, wsz = (PN + Q + 15) / 16 * 16;
-    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * max_threads());
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * kt_max_threads());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
@@ -177,7 +159,7 @@ void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const floa
         BhIn v = {x + xo, dt + (size_t)b * T * H + h, Bm + (size_t)b * T * N, Cm + (size_t)b * T * N,
                   A[h], Dskip[h], T, H, P, N};
         fwd_bh(y + xo, saved ? saved + (size_t)i * nch * PN : NULL, hT ? hT + (size_t)i * PN : NULL,
-               h0 ? h0 + (size_t)i * PN : NULL, wsbuf + wsz * thread_id(), &v);
+               h0 ? h0 + (size_t)i * PN : NULL, wsbuf + wsz * kt_thread_id(), &v);
     }
 }
 
@@ -329,11 +311,11 @@ void kssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, flo
     (void)h0; /* the entry state of chunk 0 is in saved */
     size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q;
     size_t wsz = ((3 + (size_t)Q) * PN + Q + 15) / 16 * 16;
-    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * max_threads());
+    float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * kt_max_threads());
     double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * H + 1)); /* pA, pD */
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++) {
-        float *ws = wsbuf + wsz * thread_id();
+        float *ws = wsbuf + wsz * kt_thread_id();
         for (int h = 0; h < H; h++) { /* heads in order: dBm, dCm sum over them */
             size_t bh = (size_t)b * H + h, xo = (size_t)b * T * H * P + (size_t)h * P;
             size_t dto = (size_t)b * T * H + h, bo = (size_t)b * T * N;
