@@ -181,7 +181,8 @@ int cmd_eval(int argc, char **argv) {
                "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
                "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n"
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
-               "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson).\n\n"
+               "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson),\n"
+               "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n\n"
                "task keys:\n");
         keytab_print(&task_keytab, &t, stdout);
         return argc < 1 ? 1 : 0;
@@ -198,7 +199,7 @@ int cmd_eval(int argc, char **argv) {
         free(stored);
         if (rc) { model_free(&m); return fail(NULL); }
     }
-    int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0};
+    int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0}, sradius = 0;
     const char *json_out = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
@@ -208,6 +209,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "batch")) batch = atoi(v);
         else if (!strcmp(k, "threads")) k_set_threads(atoi(v));
         else if (!strcmp(k, "json")) json_out = v;
+        else if (!strcmp(k, "sradius")) sradius = atoi(v);
         else if (!strcmp(k, "mode")) {
             if ((mode = eval_mode_parse(v)) < 0) {
                 model_free(&m);
@@ -276,7 +278,21 @@ int cmd_eval(int argc, char **argv) {
             free(ls);
             free(acc);
         }
-        if (json_out) rc = write_eval_json(json_out, argv[0], rows, n);
+        /* diagnostic: spectral radius of df/dz at z* on the first batch of each length and p */
+        for (int i = 0; i < nl && sradius > 0 && !rc; i++)
+            for (int j = 0; j < np && !rc; j++) {
+                int T = task_seq_len(task, lens[i]), B = batch < tc.eval_samples ? batch : tc.eval_samples;
+                int *ids = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
+                double rho = 0;
+                task_eval_batch(task, lens[i], ps[j], 0, B, ids, tg);
+                rc = model_spectral_radius(&m, ids, B, T, sradius, &rho);
+                if (!rc) printf("spectral radius of df/dz at z*, length %d%s: %.4f (%d power iterations, %d sequences)\n",
+                                lens[i], task_is_ios(task) ? "" : (ps[j] < 0.7f ? ", p < 0.7" : ", p >= 0.7"), rho,
+                                sradius, B);
+                free(ids);
+                free(tg);
+            }
+        if (!rc && json_out) rc = write_eval_json(json_out, argv[0], rows, n);
     }
     free(rows);
     task_free(task);

@@ -531,6 +531,40 @@ static void bwd(Model *m) {
     map_back(m);
 }
 
+/* The spectral radius of J = ∂f/∂z at the evaluated fixed point (spec §5.5): one cached f call
+ * at z*, then power iteration on Jᵀ through the same vector-Jacobian product the IFT uses. */
+static int spectral_radius(Model *m, const int *ids, int B, int T, int iters, double *out) {
+    ImplicitLm *im = m->impl;
+    size_t MD = (size_t)B * T * im->D;
+    int was = m->training;
+    m->training = 1;                     /* plan the backward caches ... */
+    int rc = model_plan(m, B, T);
+    m->training = 0;                     /* ... but no dropout: this is evaluation */
+    if (!rc) {
+        refresh(m);
+        sample_masks(m);
+        inject(m, ids, B, T);
+        FCtx ctx = {m, B, T};
+        FpMap map = {&ctx, MD, B, map_f, map_vjp};
+        FpOpts o;
+        FpStats st = {0};
+        solver_opts(&m->cfg, 1, &o);
+        memset(im->zs, 0, MD * sizeof(float));
+        if (o.max_iter >= 2) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+        if (!rc) {
+            f_fwd(m, im->fout, im->zs, im->fcache, B, T);
+            im->cur_cache = im->fcache;
+            Rng r;
+            rng_seed(&r, 12345, 3);
+            for (size_t i = 0; i < MD; i++) im->dz[i] = rng_normal(&r);
+            *out = fp_spectral_radius(&map, im->dz, iters, im->dz2);
+            if (!isfinite(*out)) rc = err_set(IM_ENUM, "spectral radius: the Jacobian product is not finite");
+        }
+    }
+    m->training = was;
+    return rc;
+}
+
 /* ---- sequential mode (spec §4) ---------------------------------------------------------------- */
 typedef struct {
     Model *m;
@@ -627,6 +661,6 @@ static void free_impl(Model *m) {
 }
 
 const ModelType model_implicit_mamba2 = {"implicit_mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
-                                         post_init};
+                                         post_init, spectral_radius};
 const ModelType model_implicit_llama = {"implicit_llama", build_llama, plan, fwd, bwd, state_init, step, free_impl,
-                                        post_init};
+                                        post_init, spectral_radius};

@@ -99,6 +99,14 @@ int model_step(Model *m, const int *ids, float *logits) {
     return rc;
 }
 
+int model_spectral_radius(Model *m, const int *ids, int B, int T, int iters, double *out) {
+    if (!m->type->spectral_radius)
+        return err_set(IM_EINVAL, "model '%s' has no fixed point: the spectral radius applies to implicit models", m->type->name);
+    if (iters < 1) return err_set(IM_EINVAL, "spectral radius needs at least 1 power iteration");
+    int rc = model_check_ids(m, ids, (long)B * T, "input");
+    return rc ? rc : m->type->spectral_radius(m, ids, B, T, iters, out);
+}
+
 float *model_tensor(const Model *m, float *block, const char *name) {
     const ParamInfo *p = ptab_find(&m->tab, name);
     CHECK(p, "no parameter named %s", name);

@@ -33,6 +33,9 @@ typedef struct {
     int (*step)(Model *m, const int *ids, float *logits); /* ids:(B) → logits:(B,V_pad); commits */
     void (*free_impl)(Model *m);
     void (*post_init)(Model *m);                    /* after the table's init rules | NULL */
+    /* Implicit models: spectral radius of ∂f/∂z at the evaluated fixed point of ids:(B,T) by
+     * `iters` power iterations (diagnostic, spec §5.5) | NULL for explicit models. */
+    int (*spectral_radius)(Model *m, const int *ids, int B, int T, int iters, double *out);
 } ModelType;
 
 struct Model {
@@ -70,6 +73,8 @@ int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float 
 void model_bwd(Model *m);
 int model_state_init(Model *m, int B);
 int model_step(Model *m, const int *ids, float *logits);
+/* See ModelType.spectral_radius; IM_EINVAL for a model without a fixed point. */
+int model_spectral_radius(Model *m, const int *ids, int B, int T, int iters, double *out);
 /* Pointer to tensor `name` inside block (θ or dθ); CHECKs that it exists. */
 float *model_tensor(const Model *m, float *block, const char *name);
 /* Runtime check of token ids against the vocabulary (message names the position). */
