@@ -46,6 +46,8 @@ static int deq_validate(const ModelCfg *c) {
         BAD("config keys 'eval_f_max_iter'/'eval_factor': evaluation needs at least 2 iterations (got %d; the reference crashes on 1)", f_thres);
     if (c->pretrain_steps < 0) BAD("config key 'pretrain_steps' must be >= 0");
     if (c->pretrain_iter < 1 || c->pretrain_iter > 256) BAD("config key 'pretrain_iter': %d out of range 1..256", c->pretrain_iter);
+    if (!(c->bounded_frac >= 0 && c->bounded_frac <= 1)) BAD("config key 'bounded_frac' must be in [0, 1]");
+    if (c->bounded_frac > 0 && c->bounded_steps > 0) BAD("config keys 'bounded_frac' and 'bounded_steps': give one, not both");
     if (c->bounded_steps < 0 || c->bounded_f_max_iter < 0 || c->bounded_grad < 1 || c->bounded_grad > 64)
         BAD("config keys 'bounded_steps', 'bounded_f_max_iter' >= 0 and 'bounded_grad' in 1..64");
     if (!(c->norm_target_norm > 0)) BAD("config key 'norm_target_norm' must be > 0");

@@ -55,6 +55,7 @@
     X(INT, pretrain_steps, 0, "unrolled warm-up: training forwards with full backprop")           \
     X(INT, pretrain_iter, 4, "f calls of the unrolled warm-up")                                    \
     X(INT, bounded_steps, 0, "after the warm-up, steps of the bounded phase (paper's 4+1)")       \
+    X(FLOAT, bounded_frac, 0.0, "or: the bounded phase ends at this fraction of training (tokens)") \
     X(INT, bounded_f_max_iter, 4, "bounded phase: solver iterations")                              \
     X(INT, bounded_grad, 1, "bounded phase: phantom steps")                                        \
     X(INT, weight_norm, 1, "weight-normalise every backbone Linear/Conv1d (spec 6)")               \

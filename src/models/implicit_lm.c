@@ -61,6 +61,8 @@ typedef struct {
     float *scratch, *dz, *dz2, *dh, *dh2;
     float *solver_scratch;
     float *masks;         /* (L, B, mask floats) | NULL */
+    float *sample_res;    /* (B) per-sample residuals of the last solve */
+    int *sample_step;     /* (B) per-sample steps of the last solve */
     size_t mask_per;
     int S_max, S, mode;
     float taus[256];
@@ -180,7 +182,7 @@ static int build(Model *m, int is_attn) {
     }
     free(off);
     im->S_max = c->grad > c->pretrain_iter ? c->grad : c->pretrain_iter;
-    if (c->bounded_steps > 0 && c->bounded_grad > im->S_max) im->S_max = c->bounded_grad;
+    if ((c->bounded_steps > 0 || c->bounded_frac > 0) && c->bounded_grad > im->S_max) im->S_max = c->bounded_grad;
     return IM_OK;
 }
 
@@ -306,6 +308,8 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->dh = m->training ? arena_floats(a, MD) : NULL;
     im->dh2 = m->training ? arena_floats(a, MD) : NULL;
     im->solver_scratch = arena_floats(a, solver_floats(&m->cfg, MD, B));
+    im->sample_res = arena_floats(a, (size_t)B);
+    im->sample_step = arena_alloc(a, sizeof(int) * (size_t)B);
     im->mask_per = mask_floats(&im->bc, B);
     im->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
 }
@@ -434,6 +438,9 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     FCtx ctx = {m, B, T};
     FpMap map = {&ctx, MD, B, map_f, map_vjp};
     FpStats st = {0};
+    st.sample_res = im->sample_res;   /* per-sample diagnostics (B) */
+    st.sample_step = im->sample_step;
+    for (int b = 0; b < B; b++) im->sample_res[b] = 0, im->sample_step[b] = 0;
     FpOpts o;
     int rc = IM_OK;
     memset(im->zs, 0, MD * sizeof(float));   /* z0 = 0 (spec §2.3) */
@@ -444,7 +451,10 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
         st.iters = c->pretrain_iter;
     } else if (m->training) {
         /* the paper's curriculum: a bounded phase ("4+1") before the free one ("32+4"), §5.3 */
-        int bounded = m->train_step < c->pretrain_steps + c->bounded_steps;
+        /* bounded_frac: the phase ends at that fraction of the run's steps (= of its tokens, the
+         * batch being constant), warm-up included; train_total is set by the trainer */
+        int end = c->bounded_frac > 0 ? (int)lround(c->bounded_frac * m->train_total) : c->pretrain_steps + c->bounded_steps;
+        int bounded = m->train_step < end;
         solver_opts(c, 0, &o);
         if (bounded) o.max_iter = c->bounded_f_max_iter;
         if (o.max_iter > 0) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
@@ -468,6 +478,11 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     }
     m->fp_iters = st.iters;
     m->fp_res = st.rel_res;
+    m->fp_res_max = m->fp_step_max = 0;
+    for (int b = 0; b < B; b++) {
+        m->fp_res_max = fmax(m->fp_res_max, im->sample_res[b]);
+        m->fp_step_max = fmax(m->fp_step_max, im->sample_step[b]);
+    }
     if (rc) return rc;
     const float *z = im->zs + (size_t)im->S * MD;
     const float *E = model_tensor(m, m->params, EMB_NAME);

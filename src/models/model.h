@@ -53,10 +53,14 @@ struct Model {
     Rng rng;         /* dropout stream */
     int step_B;      /* batch of the step state */
     size_t act_bytes;/* activation memory of the planned batch (one allocation) */
+    int train_total; /* optimizer steps of the whole run (fraction-based curricula); set by the trainer */
     int train_step;  /* optimizer step of the next training forward (curricula); set by the trainer */
     /* Fixed-point diagnostics of the last forward / step (implicit models; 0 for explicit ones) */
     double fp_iters;     /* solver f-evaluations (mean over tokens for step) */
-    double fp_res;       /* final relative residual */
+    double fp_res;       /* final relative residual (mean over samples) */
+    double fp_res_max;   /* worst sample's residual (training solve: per-sample lowest; eval: last) */
+    double fp_step_max;  /* training solve: latest per-sample best step; eval loop: latest step a
+                          * sample alone fell below tol (the reference logs only batch means) */
     const char *fp_phase;/* "unrolled", "phantom 4+1", "ift", "eval" ... */
     int pos;         /* tokens consumed by step since state_init */
 };

@@ -335,6 +335,8 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
         json_buf_key(&b, "phase"); json_buf_str(&b, t->model.fp_phase);
         json_buf_key(&b, "fp_iters"); json_buf_num(&b, t->model.fp_iters);
         json_buf_key(&b, "fp_rel_res"); json_buf_num(&b, t->model.fp_res);
+        json_buf_key(&b, "fp_rel_res_max"); json_buf_num(&b, t->model.fp_res_max);
+        json_buf_key(&b, "fp_step_max"); json_buf_num(&b, t->model.fp_step_max);
     }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
@@ -349,6 +351,7 @@ static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
     model_zero_grad(&t->model);
     t->model.training = 1;
     t->model.train_step = t->step;   /* curricula count optimizer steps, not forwards (§12-B15) */
+    t->model.train_total = t->cfg.steps;
     for (int a = 0; a < A && !*rc; a++) {
         task_train_batch(t->task, (uint64_t)t->step, a * B, B, ids, tg);
         float loss = 0;
