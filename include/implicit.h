@@ -1,7 +1,8 @@
 /* implicit.h: public API of libimplicit (see README.md).
  *
  * The library is layered core -> kernels -> layers -> fixed point -> models -> training; this
- * header gathers the parts a program embedding a model needs.
+ * header gathers what a program embedding a model needs: load a checkpoint (ckpt_load), run it in
+ * parallel (model_fwd) or token by token (model_state_init + model_step), train it (trainer_*).
  */
 #ifndef IMPLICIT_H
 #define IMPLICIT_H
@@ -21,5 +22,10 @@
 #include "../src/models/params.h"
 #include "../src/models/model.h"
 #include "../src/models/ckpt.h"
+#include "../src/fixedpoint/fp.h"
+#include "../src/data/task.h"
+#include "../src/train/optim.h"
+#include "../src/train/evaluate.h"
+#include "../src/train/trainer.h"
 
 #endif
