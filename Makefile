@@ -89,11 +89,14 @@ test: config $(BIN) $(TESTS)
 bench: config $(BIN) $(BENCHES)
 	@sh bench/run.sh $(BUILD)
 
+# Headers go to $(PREFIX)/include/implicit/ (the module headers under src/, as in the tree), so a
+# program includes <implicit/implicit.h> and links -limplicit -lm (plus -fopenmp / -lopenblas as built).
 install: $(BIN) $(LIB)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/implicit
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/implicit
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libimplicit.a
-	install -m 644 include/implicit.h $(DESTDIR)$(PREFIX)/include/implicit.h
+	for h in $$(find src -name '*.h'); do install -D -m 644 $$h $(DESTDIR)$(PREFIX)/include/implicit/$$h; done
+	sed 's|"\.\./src/|"src/|' include/implicit.h > $(DESTDIR)$(PREFIX)/include/implicit/implicit.h
 
 clean:
 	rm -rf $(BUILD)
