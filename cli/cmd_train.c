@@ -182,6 +182,7 @@ int cmd_eval(int argc, char **argv) {
                "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n"
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
                "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson),\n"
+               "--latent_noise_db / --state_noise_db / --noise_mode / --noise_seed (noise in sequential mode, spec 7),\n"
                "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n\n"
                "task keys:\n");
         keytab_print(&task_keytab, &t, stdout);
@@ -233,7 +234,8 @@ int cmd_eval(int argc, char **argv) {
         else {
             /* evaluation-time model keys: iteration caps, tolerances, sequential solver options */
             static const char *const eval_keys[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
-                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda", NULL};
+                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
+                                                    "latent_noise_db", "state_noise_db", "noise_mode", "noise_seed", NULL};
             int model_key = 0;
             for (int e = 0; eval_keys[e]; e++) model_key |= !strcmp(k, eval_keys[e]);
             int rc = model_key ? cfg_set(&m.cfg, k, v) : keytab_set(&task_keytab, &tc, k, v);

@@ -13,6 +13,7 @@
 #include "../src/core/check.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/ckpt.h"
+#include "../src/layers/noise.h"
 #include "refload.h"
 #include "th.h"
 
@@ -306,6 +307,59 @@ static void parity(const char *path) {
     st_free(&f);
 }
 
+/* Noise injection (spec §7): statistics of the two modes; off = bit-identical to no noise; the
+ * same seed reproduces; on changes the sequential logits. */
+static void noise(void) {
+    Rng r;
+    rng_seed(&r, 3, 3);
+    enum { NN = 200000 };
+    float *x = th_alloc(NN), *y = th_alloc(NN);
+    for (int i = 0; i < NN; i++) x[i] = 1.0f + 0.5f * (float)(i % 3);
+    memcpy(y, x, sizeof(float) * NN);
+    noise_inject(y, NN, 20.0f, 1, &r);   /* n ~ N(0, 1/100): relative deviation sd 0.1 */
+    double s2 = 0;
+    for (int i = 0; i < NN; i++) s2 += pow(y[i] / x[i] - 1.0, 2);
+    TH_CHECK(fabs(sqrt(s2 / NN) - 0.1) < 0.003, "multiplicative noise sd %g, want 0.1", sqrt(s2 / NN));
+    memcpy(y, x, sizeof(float) * NN);
+    noise_inject(y, NN, 10.0f, 0, &r);   /* σ² = mean(x²)/10 */
+    double ms = 0, d2 = 0;
+    for (int i = 0; i < NN; i++) ms += (double)x[i] * x[i], d2 += pow(y[i] - x[i], 2);
+    TH_CHECK(fabs(d2 / ms - 0.1) < 0.003, "additive noise power ratio %g, want 0.1", d2 / ms);
+    memcpy(y, x, sizeof(float) * NN);
+    noise_inject(y, NN, 0.0f, 1, &r);
+    TH_CHECK(!memcmp(x, y, sizeof(float) * NN), "0 dB must be off");
+    free(x);
+    free(y);
+    /* model level */
+    int ids[B * T], tg[B * T], col[B];
+    batch(ids, tg);
+    const char *dbs[3] = {"0", "15", "15"};
+    float *out[3];
+    for (int v = 0; v < 3; v++) {
+        static const char *const kv[] = {"eval_f_max_iter", "20", NULL};
+        Model m;
+        make(&m, "implicit_mamba2", kv);
+        contract(&m);
+        cfg_set(&m.cfg, "latent_noise_db", dbs[v]);
+        cfg_set(&m.cfg, "state_noise_db", dbs[v]);
+        out[v] = th_alloc((size_t)B * T * m.V);
+        float *lg = th_alloc((size_t)B * m.V);
+        model_state_init(&m, B);
+        for (int t = 0; t < T; t++) {
+            for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
+            model_step(&m, col, lg);
+            for (int b = 0; b < B; b++) memcpy(out[v] + ((size_t)b * T + t) * m.V, lg + (size_t)b * m.V, sizeof(float) * m.V);
+        }
+        free(lg);
+        model_free(&m);
+    }
+    size_t n = (size_t)B * T * V;
+    double e = th_rel_err(out[1], out[0], n);
+    TH_CHECK(e > 1e-4 && e < 0.5, "15 dB noise changes the logits moderately: rel diff %g", e);
+    TH_CHECK(!memcmp(out[1], out[2], n * sizeof(float)), "noise with the same seed is reproducible");
+    for (int v = 0; v < 3; v++) free(out[v]);
+}
+
 /* Spectral radius of ∂f/∂z at z*: below 1 for the contracted model (whose Picard solve converges,
  * see duality()); the power iteration itself is checked on known maps in test_fp. Explicit models
  * have none. */
@@ -335,6 +389,7 @@ static void spectral(void) {
 int main(void) {
     th_name = "test_implicit";
     spectral();
+    noise();
     parity("tests/ref/implicit_mamba2.safetensors");
     parity("tests/ref/implicit_llama.safetensors");
     weight_norm_and_memory();

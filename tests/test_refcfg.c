@@ -302,8 +302,6 @@ static void test_rejections(void) {
         {AT_TOP, "\"tie_embeddings\": false, ", "'tie_embeddings'", "untied"},
         {AT_BB, "\"tie_embeddings\": false, ", "'backbone_config.tie_embeddings'", NULL},
         {AT_TOP, "\"head_bias\": true, ", "'head_bias'", NULL},
-        {AT_BLOCK, "\"state_noise_db\": 20, ", "'backbone_config.block_cfg.state_noise_db'", "noise injection is not implemented"},
-        {AT_BLOCK, "\"latent_noise_db\": 10.5, ", "'backbone_config.block_cfg.latent_noise_db'", "noise"},
         {AT_BLOCK, "\"A_init_range\": [1, 8], ", "'backbone_config.block_cfg.A_init_range'", NULL},
         {AT_BLOCK, "\"dt_min\": 0.01, ", "'backbone_config.block_cfg.dt_min'", NULL},
         {AT_BLOCK, "\"dt_max\": 0.2, ", "'backbone_config.block_cfg.dt_max'", NULL},
@@ -415,6 +413,23 @@ static void test_accepted(void) {
     }
 }
 
+/* Noise keys (spec 7) map onto ours; absent means off (not the reference's 20 dB default). */
+static void test_noise(void) {
+    char buf[2048];
+    Cfgs c;
+    defaults(&c);
+    build(buf, sizeof buf, AT_BLOCK, "\"state_noise_db\": 20, \"latent_noise_db\": 10.5, \"noise_mode\": \"additive\", ");
+    TH_CHECK(load_text(&c, buf, "noise.json") == IM_OK, "noise config: %s", err_msg());
+    EQ_F(c.m.state_noise_db, 20.0);
+    EQ_F(c.m.latent_noise_db, 10.5);
+    TH_CHECK(!strcmp(c.m.noise_mode, "additive"), "noise_mode %s", c.m.noise_mode);
+    defaults(&c);
+    build(buf, sizeof buf, AT_TOP, "");
+    TH_CHECK(load_text(&c, buf, "quiet.json") == IM_OK, "%s", err_msg());
+    EQ_F(c.m.state_noise_db, 0.0);
+    EQ_F(c.m.latent_noise_db, 0.0);
+}
+
 /* Our own flat / sectioned format is untouched by the adapter. */
 static void test_flat_configs(void) {
     Cfgs c, before;
@@ -486,6 +501,7 @@ int main(void) {
     test_derived();
     test_rejections();
     test_accepted();
+    test_noise();
     test_flat_configs();
     test_targets();
     return th_done();

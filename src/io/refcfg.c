@@ -155,9 +155,10 @@ static const RefKey KEYS[] = {
     {SEC_BLOCK, "chunk_size", RT_INT, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL}, /* a kernel tiling */
     {SEC_BLOCK, "use_mem_eff_path", RT_BOOL, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL},
     {SEC_BLOCK, "use_materializing_scan", RT_BOOL, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL},
-    {SEC_BLOCK, "state_noise_db", RT_NUM, RF_NULL, RC_INERT, NULL, NULL, CK_LE0, NULL, "noise injection is not implemented (spec 7); use 0"},
-    {SEC_BLOCK, "latent_noise_db", RT_NUM, RF_NULL, RC_INERT, NULL, NULL, CK_LE0, NULL, "noise injection is not implemented (spec 7); use 0"},
-    {SEC_BLOCK, "noise_mode", RT_STR, 0, RC_INERT, NULL, NULL, CK_ONEOF, "additive|multiplicative", ""},
+    /* noise (spec 7): absent means off here, not the reference's 20 dB default (spec 12-B3) */
+    {SEC_BLOCK, "state_noise_db", RT_NUM, RF_NULL, RC_COPY, "state_noise_db", NULL, CK_ANY, NULL, NULL},
+    {SEC_BLOCK, "latent_noise_db", RT_NUM, RF_NULL, RC_COPY, "latent_noise_db", NULL, CK_ANY, NULL, NULL},
+    {SEC_BLOCK, "noise_mode", RT_STR, 0, RC_COPY, "noise_mode", NULL, CK_ONEOF, "additive|multiplicative", ""},
     /* block_cfg: attention mixer */
     {SEC_BLOCK, "n_head", RT_INT, 0, RC_COPY, "n_head", NULL, CK_ANY, NULL, NULL},
     {SEC_BLOCK, "max_seq_len", RT_INT, 0, RC_COPY, "max_seq_len", "2048", CK_ANY, NULL, NULL},

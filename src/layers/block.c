@@ -7,6 +7,7 @@
  *   mixer part: dz += g1 + RMSNorm1_bwd(z, Mixer_bwd(xn1, u, g1))
  */
 #include "block.h"
+#include "noise.h"
 
 #include <string.h>
 
@@ -200,6 +201,11 @@ void block_bwd(const BlockCfg *c, const BlockW *w, BlockW *dW, float *dz, float 
 
 void block_step(const BlockCfg *c, const BlockW *w, float *z_out, const float *z, const float *u,
                 float *state, int pos, int commit, float *scratch, int B) {
+    block_step_noisy(c, w, z_out, z, u, state, pos, commit, scratch, B, NULL);
+}
+
+void block_step_noisy(const BlockCfg *c, const BlockW *w, float *z_out, const float *z, const float *u,
+                      float *state, int pos, int commit, float *scratch, int B, const BlockNoise *noise) {
     check_block(c, w, B, 1);
     CHECK(z_out && z && state && scratch, "block_step: NULL buffer");
     const int D = c->D;
@@ -207,10 +213,18 @@ void block_step(const BlockCfg *c, const BlockW *w, float *z_out, const float *z
     float *xn = scratch, *y = xn + BD, *z1 = y + BD, *rest = z1 + BD;
 
     rmsnorm_fwd(xn, NULL, z, w->norm_w, B, D, c->eps);
+    int noisy = noise && c->mixer == MIXER_MAMBA2;
+    if (noisy) noise_inject(xn, BD, noise->latent_db, noise->multiplicative, noise->rng);
     /* one commit flag for both: Mamba2 commits by writing its new state over the old one */
-    if (c->mixer == MIXER_MAMBA2)
+    if (c->mixer == MIXER_MAMBA2) {
         mamba2_step(&c->mamba2, &w->mamba2, y, xn, u, state, commit ? state : NULL, rest, B);
-    else
+        if (noisy && commit) {   /* state layout: conv_state (B,C,W) then ssm_state (B,H,P,N) */
+            const Mamba2Cfg *m = &c->mamba2;
+            size_t nconv = (size_t)B * m->C * m->W, nssm = (size_t)B * m->H * m->P * m->N;
+            noise_inject(state, nconv, noise->state_db, noise->multiplicative, noise->rng);
+            noise_inject(state + nconv, nssm, noise->state_db, noise->multiplicative, noise->rng);
+        }
+    } else
         attn_step(&c->attn, &w->attn, y, xn, u, state, pos, commit, rest, B);
     /* z1 goes to scratch: z_out may alias z */
     add_into(z1, z, y, BD);

@@ -25,6 +25,7 @@
 #include "attention.h"
 #include "mamba2.h"
 #include "mlp.h"
+#include "../core/rng.h"
 
 typedef enum { MIXER_MAMBA2 = 0, MIXER_ATTN = 1 } MixerKind;
 
@@ -82,6 +83,17 @@ void block_bwd(const BlockCfg *c, const BlockW *w, BlockW *dW, float *dz, float 
  * u:(B,block_u_dim)|NULL.  state:(block_state_floats) holds positions 0..pos-1; commit = 1 advances
  * it to include this token, commit = 0 leaves it untouched. pos is used by attention (RoPE and
  * the KV slot) and ignored by Mamba2. No dropout. scratch:(block_step_scratch_floats). */
+/* Noise injection in the step path (spec §7, Mamba2 blocks only): latent noise on the mixer input
+ * at every call, state noise on the conv and SSM states after each committed update. */
+typedef struct {
+    float latent_db, state_db;  /* SNR in dB; <= 0 = off */
+    int multiplicative;         /* 1: x(1+n); 0: x + n */
+    Rng *rng;
+} BlockNoise;
+
+/* block_step with optional noise (NULL = none, identical to block_step). */
+void block_step_noisy(const BlockCfg *c, const BlockW *w, float *z_out, const float *z, const float *u,
+                      float *state, int pos, int commit, float *scratch, int B, const BlockNoise *noise);
 void block_step(const BlockCfg *c, const BlockW *w, float *z_out, const float *z, const float *u,
                 float *state, int pos, int commit, float *scratch, int B);
 

@@ -52,6 +52,10 @@ static int deq_validate(const ModelCfg *c) {
         BAD("config keys 'bounded_steps', 'bounded_f_max_iter' >= 0 and 'bounded_grad' in 1..64");
     if (!(c->norm_target_norm > 0)) BAD("config key 'norm_target_norm' must be > 0");
     if (!(c->norm_clip_value >= 0)) BAD("config key 'norm_clip_value' must be >= 0");
+    if (strcmp(c->noise_mode, "multiplicative") && strcmp(c->noise_mode, "additive"))
+        BAD("config key 'noise_mode': unknown '%s' (multiplicative | additive)", c->noise_mode);
+    if ((c->latent_noise_db > 0 || c->state_noise_db > 0) && strcmp(c->model, "implicit_mamba2"))
+        BAD("config keys 'latent_noise_db', 'state_noise_db': noise injection applies to implicit_mamba2 (spec 7)");
     if (strcmp(c->seq_solver, "loop") && strcmp(c->seq_solver, "anderson"))
         BAD("config key 'seq_solver': unknown '%s' (loop | anderson)", c->seq_solver);
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");

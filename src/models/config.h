@@ -63,6 +63,10 @@
     X(FLOAT, norm_target_norm, 1.0, "weight-norm target when norm_no_scale")                       \
     X(FLOAT, norm_clip_value, 0.0, "clip the weight-norm factor at this value (0 = off)")          \
     X(FLOAT, ema_alpha, 0.0, "eval loop: test convergence on an EMA of f-outputs (0 = off)")       \
+    X(FLOAT, latent_noise_db, 0.0, "sequential mode, Mamba2: noise on the mixer input, SNR dB (0 = off; spec 7)") \
+    X(FLOAT, state_noise_db, 0.0, "sequential mode, Mamba2: noise on committed conv/SSM states, SNR dB (0 = off)") \
+    X(STR, noise_mode, "multiplicative", "noise: multiplicative x(1+n) | additive x+n")              \
+    X(INT, noise_seed, 0, "seed of the noise stream")                                              \
     X(INT, seq_warm_start, 0, "sequential mode: start each token's solve from the previous token's z*") \
     X(STR, seq_solver, "loop", "sequential mode solver: loop (the reference's damped loop) | anderson") \
     X(INT, anderson_m, 6, "Anderson history size")                                                 \

@@ -70,6 +70,7 @@ typedef struct {
     /* step state */
     Arena st;
     float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep;
+    Rng noise_rng;        /* spec §7 noise, reseeded per sequence batch */
 } ImplicitLm;
 
 static float *eff_at(ImplicitLm *im, size_t off) { return im->eff + off; }
@@ -586,6 +587,18 @@ typedef struct {
     int commit;
 } StepCtx;
 
+/* The noise of spec §7 in sequential mode (NULL when off). */
+static const BlockNoise *step_noise(Model *m, BlockNoise *nz) {
+    ImplicitLm *im = m->impl;
+    const ModelCfg *c = &m->cfg;
+    if (!(c->latent_noise_db > 0 || c->state_noise_db > 0)) return NULL;
+    nz->latent_db = (float)c->latent_noise_db;
+    nz->state_db = (float)c->state_noise_db;
+    nz->multiplicative = !strcmp(c->noise_mode, "multiplicative");
+    nz->rng = &im->noise_rng;
+    return nz;
+}
+
 static void carve_state(Model *m, Arena *a, int B, int T) {
     (void)T;
     ImplicitLm *im = m->impl;
@@ -612,6 +625,7 @@ static int state_init(Model *m, int B) {
     if (rc) return rc;
     memset(im->state, 0, (size_t)im->L * block_state_floats(&im->bc, B) * sizeof(float));
     memset(im->zt, 0, (size_t)B * im->D * sizeof(float));
+    rng_seed(&im->noise_rng, (uint64_t)m->cfg.noise_seed, 11);
     refresh(m);   /* weights are fixed during generation: one refresh per sequence */
     return IM_OK;
 }
@@ -624,9 +638,11 @@ static void step_f(void *ctx, float *z_out, const float *z) {
     int B = m->step_B;
     size_t per = block_state_floats(&im->bc, B);
     const float *cur = z;
+    BlockNoise nz;
+    const BlockNoise *noise = step_noise(m, &nz);
     for (int l = 0; l < im->L; l++) {
-        block_step(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->state + (size_t)l * per, m->pos, c->commit,
-                   im->step_scratch, B);
+        block_step_noisy(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->state + (size_t)l * per, m->pos, c->commit,
+                         im->step_scratch, B, noise);
         cur = im->hstep;
     }
     rmsnorm_fwd(z_out, im->rstdt, im->hstep, eff_at(im, im->o_norm_f), B, im->D, (float)m->cfg.norm_eps);
