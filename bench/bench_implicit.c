@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "../src/core/check.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/cpu/gemm.h"
@@ -52,18 +53,6 @@ static const Case CASES[] = {
 };
 
 enum { V = 240, SOLVE_ITERS = 32, GRAD_STEPS = 4, EVAL_ITERS = 32, GEN_ITERS = 8 };
-
-/* CPU seconds of the whole process (all threads): steadier than wall time on a shared machine. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void build(Model *m, const Case *c) {
     static const char *sz[2][4] = {{"64", "2", "16", "16"}, {"256", "4", "128", "64"}};

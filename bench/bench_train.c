@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "../src/core/check.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/cpu/gemm.h"
@@ -26,19 +27,6 @@ static const Case CASES[] = {
     {"train_small", "64", "2", "16", "16"},
     {"train_large", "256", "4", "128", "64"},
 };
-
-/* CPU seconds of the whole process (all threads): on a shared machine, time slices lost to other
- * jobs do not count, so single-thread comparisons are steadier than with the wall clock. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void run(const Case *c, int B, int T, int warmup, int repeats) {
     ModelCfg mc;
