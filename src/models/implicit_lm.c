@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../layers/embed.h"
 #include "../fixedpoint/fp.h"
 #include "../kernels/kernels.h"
 #include "../layers/block.h"
@@ -654,7 +655,7 @@ static int step(Model *m, const int *ids, float *logits) {
     if (im->bc.mixer == MIXER_ATTN && m->pos >= m->cfg.max_seq_len)
         return err_set(IM_EINVAL, "position %d reaches max_seq_len %d (the KV cache is full)", m->pos, m->cfg.max_seq_len);
     const float *E = model_tensor(m, m->params, EMB_NAME);
-    for (int b = 0; b < B; b++) memcpy(im->x0t + (size_t)b * D, E + (size_t)ids[b] * D, (size_t)D * sizeof(float));
+    embed_fwd(im->x0t, ids, E, B, m->V, D);   /* ids were validated by model_step */
     rmsnorm_fwd(im->xnt, im->rstdt, im->x0t, eff_at(im, im->o_inj_norm), B, D, (float)m->cfg.norm_eps);
     k_linear_fwd(im->ut, im->xnt, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), B, D, im->K);
     StepCtx ctx = {m, 0};

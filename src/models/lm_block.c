@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../layers/embed.h"
 #include "../layers/block.h"
 #include "block_params.h"
 #include "lm_common.h"
@@ -220,7 +221,7 @@ static int step(Model *m, const int *ids, float *logits) {
         return err_set(IM_EINVAL, "position %d reaches max_seq_len %d (the KV cache is full)", m->pos,
                        m->cfg.max_seq_len);
     const float *E = model_tensor(m, m->params, EMB_NAME);
-    for (int b = 0; b < B; b++) memcpy(lm->zs + (size_t)b * D, E + (size_t)ids[b] * D, (size_t)D * sizeof(float));
+    embed_fwd(lm->zs, ids, E, B, m->V, D);   /* ids were validated by model_step */
     size_t per = block_state_floats(&lm->bc, B);
     for (int l = 0; l < m->cfg.n_layer; l++)
         block_step(&lm->bc, &lm->w[l], lm->zs, lm->zs, NULL, lm->state + (size_t)l * per, m->pos, 1,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../layers/embed.h"
 #include "../layers/lstm.h"
 #include "lm_common.h"
 
@@ -136,7 +137,7 @@ static int step(Model *m, const int *ids, float *logits) {
     LstmLm *lm = m->impl;
     int B = m->step_B, D = m->cfg.d_model;
     const float *E = model_tensor(m, m->params, EMB_NAME);
-    for (int b = 0; b < B; b++) memcpy(lm->zs + (size_t)b * D, E + (size_t)ids[b] * D, (size_t)D * sizeof(float));
+    embed_fwd(lm->zs, ids, E, B, m->V, D);   /* ids were validated by model_step */
     size_t per = lstm_state_floats(&lm->lc, B);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         float *s = lm->state + (size_t)l * per;
