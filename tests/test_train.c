@@ -112,7 +112,8 @@ static void nan_stop(void) {
     /* poison the weights: the next loss is NaN */
     a.model.params[0] = NAN;
     int rc = trainer_run(&a, 0);
-    TH_CHECK(rc == IM_ENUM && strstr(err_msg(), "not finite"), "NaN loss: rc %d, %s", rc, err_msg());
+    TH_CHECK(rc == IM_ENUM && strstr(err_msg(), "not finite") && strstr(err_msg(), "(step 10)"), "NaN loss: rc %d, %s",
+             rc, err_msg());
     TH_CHECK(a.step == 10, "stopped at step %d", a.step);
     trainer_free(&a);
     Model chk;

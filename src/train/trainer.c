@@ -110,6 +110,7 @@ int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const Train
     t->tcfg = *task;
     t->cfg = *cfg;
     t->best = NAN;
+    t->saved_step = -1;
     int rc = setup(t);
     if (rc) { trainer_free(t); return rc; }
     model_init_params(&t->model, (uint64_t)t->cfg.seed);
@@ -182,6 +183,7 @@ int trainer_save(Trainer *t) {
     snprintf(path, sizeof path, "%s/state.safetensors", t->cfg.out);
     int rc = save_state(t, path);
     if (!rc) rc = save_model(t, "model.safetensors");
+    if (!rc) t->saved_step = t->step;
     return rc;
 }
 
@@ -247,6 +249,7 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
     if (!rc) rc = load_block(&f, path, "adam.v.", &t->model.tab, t->opt.v);
     if (!rc) {
         t->step = (int)step;
+        t->saved_step = (int)step;   /* the state we resume from is the latest checkpoint */
         t->opt.t = (int)adam_t;
         t->model.rng.state = rs;
         t->model.rng.inc = ri;
@@ -384,8 +387,11 @@ int trainer_run(Trainer *t, int stop_at) {
             snprintf(msg, sizeof msg, "step %d: %s (loss %g, grad norm %g)", t->step + 1,
                      !isfinite(loss) ? "the loss is not finite" : "the gradient exploded", loss, gnorm);
             if (!strcmp(t->cfg.on_nan, "stop")) {
-                rc = err_set(IM_ENUM, "%s; stopped. The last good checkpoint is %s/model.safetensors (step %d)", msg,
-                             t->cfg.out, t->step / (t->cfg.ckpt_every ? t->cfg.ckpt_every : 1) * t->cfg.ckpt_every);
+                if (t->saved_step >= 0)
+                    rc = err_set(IM_ENUM, "%s; stopped. The last good checkpoint is %s/model.safetensors (step %d)",
+                                 msg, t->cfg.out, t->saved_step);
+                else
+                    rc = err_set(IM_ENUM, "%s; stopped before the first checkpoint (nothing was saved)", msg);
                 break;
             }
             progress_note(&pg, msg);

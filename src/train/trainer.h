@@ -38,6 +38,7 @@ typedef struct {
     double last_score;    /* mean of cfg.best_metric over the latest evaluation */
     int best_step;
     int skipped;          /* steps skipped by on_nan = skip */
+    int saved_step;       /* step of the latest model.safetensors (-1: none written yet) */
     const char *phase;    /* implicit models: the current curriculum phase (logged when it changes) */
     FILE *log;            /* log.jsonl */
     EvalRow *last_eval;   /* results of the latest evaluation */
