@@ -271,3 +271,18 @@ def load_bench():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_reference(path, model, c, p, ids, targets, model_fwd, tag):
+    """The pipeline every explicit generator shares: the masked-CE loss of model_fwd on (ids,
+    targets), computed in float64 from the float32 weights p (rounded once when written, so the
+    files carry no float32 noise), its gradients, a 10-step AdamW trace, the float32 drift report,
+    and the verified file at path."""
+    def loss_fn(pp, acts=None):
+        logits = model_fwd(pp, ids, c, acts)
+        return logits, masked_ce(logits, targets)
+    p64 = {k: v.double() for k, v in p.items()}
+    logits, loss, grads, acts = loss_and_grads(p64, loss_fn)
+    losses, norms = adamw_trace(p64, lambda pp: loss_fn(pp)[1])
+    float32_drift(p64, loss_fn, logits, grads, losses, tag)
+    write_ref(path, model, c, p, ids, targets, logits, loss, grads, losses, norms, acts)

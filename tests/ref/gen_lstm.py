@@ -110,16 +110,7 @@ def main():
     ids, targets = cm.make_batch(c["batch"], c["seq_len"], c["vocab"])
     check_against_nn_lstm(p, ids, c)
 
-    def loss_fn(pp, acts=None):
-        logits = model_fwd(pp, ids, c, acts)
-        return logits, cm.masked_ce(logits, targets)
-    # Weights stored in float32; references computed in float64 from them and rounded once on write.
-    p64 = {k: v.double() for k, v in p.items()}
-    logits, loss, grads, acts = cm.loss_and_grads(p64, loss_fn)
-    losses, norms = cm.adamw_trace(p64, lambda pp: loss_fn(pp)[1])
-    cm.float32_drift(p64, loss_fn, logits, grads, losses, "lstm")
-    cm.write_ref(os.path.join(HERE, "lstm.safetensors"), "lstm", c, p, ids, targets, logits, loss, grads,
-                 losses, norms, acts)
+    cm.run_reference(os.path.join(HERE, "lstm.safetensors"), "lstm", c, p, ids, targets, model_fwd, "lstm")
 
 
 if __name__ == "__main__":

@@ -265,17 +265,7 @@ def generate(name, seed, vocab, d_model, n_layer, batch, seq_len):
     ids, targets = cm.make_batch(batch, seq_len, vocab)
     check_step_and_chunked(p, ids, c, name)
 
-    def loss_fn(pp, acts=None):
-        logits = model_fwd(pp, ids, c, acts)
-        return logits, cm.masked_ce(logits, targets)
-    # Weights are drawn and stored in float32; every reference output is computed in float64 from
-    # those float32 values and rounded once when written, so the files carry no float32 noise.
-    p64 = {k: v.double() for k, v in p.items()}
-    logits, loss, grads, acts = cm.loss_and_grads(p64, loss_fn)
-    losses, norms = cm.adamw_trace(p64, lambda pp: loss_fn(pp)[1])
-    cm.float32_drift(p64, loss_fn, logits, grads, losses, name)
-    cm.write_ref(os.path.join(HERE, name + ".safetensors"), "mamba2", c, p, ids, targets, logits, loss,
-                 grads, losses, norms, acts)
+    cm.run_reference(os.path.join(HERE, name + ".safetensors"), "mamba2", c, p, ids, targets, model_fwd, name)
 
 
 def main():
