@@ -64,15 +64,68 @@ static int deq_validate(const ModelCfg *c) {
     return IM_OK;
 }
 
+static int is_one_of(const char *s, const char *const *names) {
+    for (; *names; names++)
+        if (!strcmp(s, *names)) return 1;
+    return 0;
+}
+
+static int fp_validate(const ModelCfg *c) {
+    static const char *const mixers[] = {"householder", "dplr", "kronecker", "monarch", "selectivedense",
+                                         "nonselective", "mixture", NULL};
+    static const char *const acs[] = {"identity", "relu", "silu", NULL};
+    if (!is_one_of(c->mixer_type, mixers))
+        BAD("config key 'mixer_type': unknown '%s' (householder | dplr | kronecker | monarch | selectivedense | nonselective | mixture)", c->mixer_type);
+    if (c->mixer_rank < 1 || c->mixer_rank > 4096) BAD("config key 'mixer_rank': %d out of range 1..4096", c->mixer_rank);
+    if (!is_one_of(c->mixer_ac, acs)) BAD("config key 'mixer_ac': unknown '%s' (identity | relu | silu)", c->mixer_ac);
+    if (c->mixer_proj_rank == 0 || c->mixer_proj_rank < -1) BAD("config key 'mixer_proj_rank': %d must be -1 (full) or >= 1", c->mixer_proj_rank);
+    if (strcmp(c->kron_norm, "column-wise") && strcmp(c->kron_norm, "spectral"))
+        BAD("config key 'kron_norm': unknown '%s' (column-wise | spectral)", c->kron_norm);
+    if (strcmp(c->fp_gamma, "code") && strcmp(c->fp_gamma, "paper"))
+        BAD("config key 'fp_gamma': unknown '%s' (code | paper)", c->fp_gamma);
+    if (c->fp_max_iter == 0 || c->fp_max_iter > 100000) BAD("config key 'fp_max_iter': %d must be in 1..100000 or < 0 (random)", c->fp_max_iter);
+    if (c->fp_gamma_k < 1) BAD("config key 'fp_gamma_k' must be >= 1");
+    if (c->fp_n_backwards < 1 || c->fp_n_backwards > 64) BAD("config key 'fp_n_backwards': %d out of range 1..64", c->fp_n_backwards);
+    if (!(c->fp_threshold > 0)) BAD("config key 'fp_threshold' must be > 0");
+    if (!(c->fp_step0 > 0 && c->fp_step0 <= 1)) BAD("config key 'fp_step0' must be in (0, 1]");
+    if (!(c->fp_decay > 0 && c->fp_decay <= 1)) BAD("config key 'fp_decay' must be in (0, 1]");
+    if (c->fp_patience < 1) BAD("config key 'fp_patience' must be >= 1");
+    if (!(c->fp_outlier_q >= 0 && c->fp_outlier_q < 1)) BAD("config key 'fp_outlier_q' must be in [0, 1)");
+    if (c->fp_eval_cap < 1) BAD("config key 'fp_eval_cap' must be >= 1");
+    return IM_OK;
+}
+
 int cfg_validate(const ModelCfg *c) {
     int imp = !strncmp(c->model, "implicit_", 9);
     const char *fam = imp ? c->model + 9 : c->model;
     int is_m = !strcmp(fam, "mamba2"), is_l = !strcmp(fam, "llama"), is_r = !imp && !strcmp(fam, "lstm");
-    if (!is_m && !is_l && !is_r)
-        BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm | implicit_mamba2 | implicit_llama)", c->model);
+    int is_m1 = !imp && (!strcmp(fam, "mamba1") || !strcmp(fam, "fp_mamba"));
+    int is_fp = !imp && !strcmp(fam, "fp_mamba");
+    int is_delta = !imp && (!strcmp(fam, "deltanet") || !strcmp(fam, "gated_deltanet"));
+    if (!is_m && !is_l && !is_r && !is_m1 && !is_delta)
+        BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm | implicit_mamba2 | implicit_llama | "
+            "mamba1 | fp_mamba | deltanet | gated_deltanet)", c->model);
     if (imp) {
         int rc = deq_validate(c);
         if (rc) return rc;
+    }
+    if (is_fp) {
+        int rc = fp_validate(c);
+        if (rc) return rc;
+    }
+    if (c->short_conv < -1 || c->short_conv > 1) BAD("config key 'short_conv': %d must be 1, 0 or -1 (model default)", c->short_conv);
+    if (c->dt_rank < 0) BAD("config key 'dt_rank' must be >= 0 (0 = ceil(d_model/16))");
+    if (is_m1) {
+        if (c->d_state < 1) BAD("config key 'd_state' must be >= 1");
+        if (c->d_conv < 1 || c->d_conv > 64) BAD("config key 'd_conv': %d out of range 1..64", c->d_conv);
+        if (c->expand < 1) BAD("config key 'expand' must be >= 1");
+    }
+    if (is_delta) {
+        if (c->n_head < 1) BAD("config key 'n_head' must be >= 1");
+        if (c->delta_head_dim < 1) BAD("config key 'delta_head_dim' must be >= 1");
+        if (c->expand_v < 1) BAD("config key 'expand_v' must be >= 1");
+        if (c->n_householder < 1 || c->n_householder > 16) BAD("config key 'n_householder': %d out of range 1..16", c->n_householder);
+        if (c->allow_neg_eigval != 0 && c->allow_neg_eigval != 1) BAD("config key 'allow_neg_eigval' must be 0 or 1");
     }
     if (c->vocab_size < 1 || c->vocab_size > (1 << 24)) BAD("config key 'vocab_size': %d out of range 1..16777216", c->vocab_size);
     if (c->pad_vocab_multiple < 0) BAD("config key 'pad_vocab_multiple' must be >= 0");

@@ -15,7 +15,8 @@
 
 /* X(type, name, default, help) with type INT | FLOAT | STR (see core/keytab.h) */
 #define MODEL_CFG_KEYS(X)                                                                          \
-    X(STR, model, "mamba2", "model: mamba2 | llama | lstm | implicit_mamba2 | implicit_llama")    \
+    X(STR, model, "mamba2", "model: mamba2 | llama | lstm | implicit_mamba2 | implicit_llama | mamba1 | " \
+                            "fp_mamba | deltanet | gated_deltanet")                               \
     X(INT, vocab_size, 256, "vocabulary size V (tokens are 0..V-1)")                               \
     X(INT, pad_vocab_multiple, 0, "round the embedding rows up to a multiple of this (0 = off)")   \
     X(INT, d_model, 64, "model width D")                                                           \
@@ -35,7 +36,38 @@
     X(INT, rescale_out_proj, -1, "GPT-2 rescale of out_proj/fc2 by 1/sqrt(n_res*n_layer): 1 | 0 | "  \
                                  "-1 = as the reference (explicit yes, implicit no: spec 12-B1)")   \
     X(FLOAT, emb_init_std, 0.02, "embedding init N(0, std)")                                       \
+    X(INT, dt_rank, 0, "mamba1 / fp_mamba: rank of the dt projection (0 = ceil(d_model/16))")      \
+    X(INT, short_conv, -1, "fp_mamba / delta models: short causal conv (1 | 0 | -1 = model default: " \
+                           "fp_mamba off as the word-problem runs, delta models on)")             \
+    X(INT, delta_head_dim, 32, "deltanet: key head dim (value head dim = expand_v * this)")        \
+    X(INT, expand_v, 2, "deltanet: value head dim / key head dim")                                  \
+    X(INT, n_householder, 1, "deltanet: Householder steps per token (> 1 = DeltaProduct)")          \
+    X(INT, allow_neg_eigval, 1, "deltanet: beta = 2 sigmoid (eigenvalues in (-1,1]) | 0: sigmoid") \
+    FP_CFG_KEYS(X)                                                                                 \
     DEQ_CFG_KEYS(X)
+
+/* Fixed-Point RNNs (spec fp-rnn §1-§3, §8; names of the reference's options where they exist). */
+#define FP_CFG_KEYS(X)                                                                             \
+    X(STR, mixer_type, "householder", "fp_mamba channel mixer Q: householder | dplr | kronecker | " \
+                                      "monarch | selectivedense | nonselective | mixture")         \
+    X(INT, mixer_rank, 1, "mixer rank r (reflections / DPLR rank / mixture terms; monarch: block size)") \
+    X(STR, mixer_ac, "silu", "activation on the mixer projections: identity | relu | silu")         \
+    X(INT, mixer_proj_rank, -1, "mixer projections factorised through this rank (-1 = full)")      \
+    X(INT, mixer_h_dep, 1, "Q, b, c depend on the shifted previous iterate (fp-rnn 1.2)")         \
+    X(INT, symm_mixer, 0, "mixer input x + shift(y) instead of the concatenation [x; shift(y)]")   \
+    X(STR, kron_norm, "column-wise", "kronecker factor normalisation: column-wise | spectral")      \
+    X(INT, bc_norm, 1, "fp_mamba: L2-normalise b and c")                                           \
+    X(INT, glu_in_loop, 0, "fp_mamba: gate silu(z) inside the fixed-point loop")                   \
+    X(INT, fp_max_iter, 16, "training cap l_max on no-grad iterations per layer (< 0: Gamma-random per batch)") \
+    X(STR, fp_gamma, "code", "random l_max: code = ceil(Gamma(4, k/16+1)) | paper = ceil(Gamma(4, 1))") \
+    X(INT, fp_gamma_k, 16, "random l_max: the train length k of the code's parameterisation")      \
+    X(INT, fp_n_backwards, 1, "differentiable steps after the loop (paper's k truncated steps = this - 1)") \
+    X(FLOAT, fp_threshold, 0.1, "stop when the relative inf-norm residual is below this")          \
+    X(FLOAT, fp_step0, 0.99, "initial damping step size s0")                                        \
+    X(FLOAT, fp_decay, 0.9, "step size decay after `fp_patience` iterations without progress")     \
+    X(INT, fp_patience, 15, "iterations without a new best residual before the step decays")        \
+    X(FLOAT, fp_outlier_q, 0.25, "training stops when the (1 - q) quantile of the batch converged") \
+    X(INT, fp_eval_cap, 1000, "evaluation cap on iterations (all sequences must converge)")
 
 /* Implicit models (spec implicit-lm §2-§6, names of the reference's deq_params where they exist). */
 #define DEQ_CFG_KEYS(X)                                                                            \
