@@ -2,7 +2,7 @@
  *
  *   implicit train [CONFIG.json] [--key value ...]      keys: model, task and train tables
  *   implicit train --resume DIR [--key value ...]       continue a run (train keys only)
- *   implicit eval CKPT [--key value ...] [--json OUT]   task keys, plus samples / batch
+ *   implicit eval CKPT [--key value ...] [--json OUT] [--csv OUT]   task keys, plus samples / batch
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,6 @@
 
 #include "implicit.h"
 #include "../src/core/timer.h"
-#include "../src/io/atomic.h"
 #include "../src/io/keyjson.h"
 #include "../src/train/trainer.h"
 
@@ -67,22 +66,35 @@ static int resume_overrides(Trainer *t, void *ctx) {
     return rc;
 }
 
+/* Length generalisation per p (rows ordered length-major, then p): the longest length with the
+ * task's length metric > 90%, and where it first drops below. */
+static void print_len_summary(const Task *task, const EvalRow *rows, int nl, int np) {
+    const char *metric = task_len_metric(task);
+    EvalRow *g = malloc(sizeof *g * (size_t)(nl > 0 ? nl : 1));
+    for (int j = 0; j < np && g; j++) {
+        int longest, first_fail;
+        for (int i = 0; i < nl; i++) g[i] = rows[i * np + j];
+        eval_length_summary(g, nl, metric, 0.9, &longest, &first_fail);
+        if (rows[j].p >= 0) printf("p %.2f: ", rows[j].p);
+        printf("longest length with > 90%% %s: %d", metric, longest);
+        if (first_fail) printf(" (first length at or below 90%%: %d)", first_fail);
+        printf("\n");
+    }
+    free(g);
+}
+
 static void summary(const Trainer *t, double seconds) {
-    printf("\n%s on task %s (%s", t->mcfg.model, t->tcfg.task, t->tcfg.group);
-    if (!strcmp(t->tcfg.task, "word")) printf(" x %s monoid, p %.2f", t->tcfg.monoid, t->tcfg.p);
-    printf(", train length %d): %d steps in %.1f s, %zu parameters\n", t->tcfg.train_len, t->step, seconds,
+    char desc[512];
+    task_describe(t->task, desc, sizeof desc);
+    printf("\n%s on %s: %d steps in %.1f s, %zu parameters\n", t->mcfg.model, desc, t->step, seconds,
            ptab_count(&t->model.tab));
     printf("final training loss %.4f; best mean %s %.4f at step %d%s\n", t->losses[t->step - 1], t->cfg.best_metric,
            t->best, t->best_step, t->skipped ? " (some steps skipped)" : "");
     eval_print_table(t->last_eval, t->n_last_eval, stdout);
-    if (task_is_ios(t->task)) {
-        int n = t->n_last_eval, *lens = malloc(sizeof(int) * (size_t)n);
-        double *acc = malloc(sizeof(double) * (size_t)n);
-        for (int i = 0; i < n; i++) lens[i] = t->last_eval[i].len, acc[i] = t->last_eval[i].seq_acc;
-        printf("longest length with > 90%% sequence accuracy: %d\n", task_longest_len(lens, acc, n, 0.9));
-        free(lens);
-        free(acc);
-    }
+    const int *lens;
+    const float *ps;
+    int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps);
+    if (t->n_last_eval == nl * np) print_len_summary(t->task, t->last_eval, nl, np);
     printf("checkpoints: %s/model.safetensors, best.safetensors, state.safetensors; log: %s/log.jsonl\n", t->cfg.out,
            t->cfg.out);
 }
@@ -142,42 +154,16 @@ int cmd_train(int argc, char **argv) {
 }
 
 /* ---- eval ------------------------------------------------------------------------------------ */
-static int write_eval_json(const char *path, const char *ckpt, const EvalRow *rows, int n) {
-    JsonBuf b;
-    json_buf_init(&b, 2);
-    json_buf_begin_obj(&b);
-    json_buf_kv_str(&b, "checkpoint", ckpt);
-    json_buf_key(&b, "rows");
-    json_buf_begin_arr(&b);
-    for (int i = 0; i < n; i++) {
-        json_buf_begin_obj(&b);
-        json_buf_kv_int(&b, "len", rows[i].len);
-        if (rows[i].p >= 0) json_buf_kv_num(&b, "p", rows[i].p);
-        json_buf_kv_int(&b, "samples", rows[i].samples);
-        json_buf_kv_num(&b, "loss", rows[i].loss);
-        json_buf_kv_num(&b, "tok_acc", rows[i].tok_acc);
-        json_buf_kv_num(&b, "last10_acc", rows[i].last10_acc);
-        json_buf_kv_num(&b, "seq_acc", rows[i].seq_acc);
-        json_buf_kv_str(&b, "mode", eval_mode_name(rows[i].mode));
-        if (rows[i].max_iter > 0) json_buf_kv_int(&b, "max_iter", rows[i].max_iter), json_buf_kv_num(&b, "iters", rows[i].iters);
-        if (rows[i].agree >= 0) json_buf_kv_num(&b, "agree", rows[i].agree);
-        json_buf_end_obj(&b);
-    }
-    json_buf_end_arr(&b);
-    json_buf_end_obj(&b);
-    json_buf_append(&b, "\n", 1);
-    int rc = atomic_write_bytes(path, b.data, b.len);
-    json_buf_free(&b);
-    return rc;
-}
-
 int cmd_eval(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
         TaskCfg t;
         task_cfg_defaults(&t);
         printf("usage: implicit eval CKPT [--task-key value ...] [--samples N] [--batch N] [--threads N] [--json OUT]\n"
-               "                         [--mode simultaneous|sequential|both] [--max_iters 1,2,4,8,16,0]\n"
+               "                         [--csv OUT] [--mode simultaneous|sequential|both] [--max_iters 1,2,4,8,16,0]\n"
                "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n"
+               "It prints accuracy per length and the longest length with > 90%% accuracy (sequence accuracy for the\n"
+               "word problems and copy, answer accuracy for the formal tasks and catbabi); --json / --csv write the\n"
+               "curve, one row per length (and p, and iteration cap).\n"
                "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
                "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n"
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
@@ -201,7 +187,7 @@ int cmd_eval(int argc, char **argv) {
         if (rc) { model_free(&m); return fail(NULL); }
     }
     int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0}, sradius = 0;
-    const char *json_out = NULL;
+    const char *json_out = NULL, *csv_out = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
         const char *k = argv[i] + 2, *v = argv[i + 1];
@@ -210,6 +196,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "batch")) batch = atoi(v);
         else if (!strcmp(k, "threads")) k_set_threads(atoi(v));
         else if (!strcmp(k, "json")) json_out = v;
+        else if (!strcmp(k, "csv")) csv_out = v;
         else if (!strcmp(k, "sradius")) sradius = atoi(v);
         else if (!strcmp(k, "mode")) {
             if ((mode = eval_mode_parse(v)) < 0) {
@@ -269,16 +256,14 @@ int cmd_eval(int argc, char **argv) {
             }
     }
     if (!rc) {
-        printf("%s: %s, task %s on %s\n", argv[0], m.type->name, tc.task, tc.group);
+        char desc[512];
+        task_describe(task, desc, sizeof desc);
+        printf("%s: %s, %s\n", argv[0], m.type->name, desc);
         eval_print_table(rows, n, stdout);
         eval_print_hist(rows, n, stdout);
-        if (task_is_ios(task)) {
-            int *ls = malloc(sizeof(int) * (size_t)n);
-            double *acc = malloc(sizeof(double) * (size_t)n);
-            for (int i = 0; i < n; i++) ls[i] = rows[i].len, acc[i] = rows[i].seq_acc;
-            printf("longest length with > 90%% sequence accuracy: %d\n", task_longest_len(ls, acc, n, 0.9));
-            free(ls);
-            free(acc);
+        for (int c = 0; c < n_caps; c++) {
+            if (n_caps > 1) printf("iteration cap %d: ", rows[c * nl * np].max_iter);
+            print_len_summary(task, rows + (size_t)c * nl * np, nl, np);
         }
         /* diagnostic: spectral radius of df/dz at z* on the first batch of each length and p */
         for (int i = 0; i < nl && sradius > 0 && !rc; i++)
@@ -289,12 +274,13 @@ int cmd_eval(int argc, char **argv) {
                 task_eval_batch(task, lens[i], ps[j], 0, B, ids, tg);
                 rc = model_spectral_radius(&m, ids, B, T, sradius, &rho);
                 if (!rc) printf("spectral radius of df/dz at z*, length %d%s: %.4f (%d power iterations, %d sequences)\n",
-                                lens[i], task_is_ios(task) ? "" : (ps[j] < 0.7f ? ", p < 0.7" : ", p >= 0.7"), rho,
+                                lens[i], ps[j] < 0 ? "" : (ps[j] < 0.7f ? ", p < 0.7" : ", p >= 0.7"), rho,
                                 sradius, B);
                 free(ids);
                 free(tg);
             }
-        if (!rc && json_out) rc = write_eval_json(json_out, argv[0], rows, n);
+        if (!rc && json_out) rc = eval_write_json(json_out, argv[0], tc.task, rows, n, task_len_metric(task), 0.9);
+        if (!rc && csv_out) rc = eval_write_csv(csv_out, rows, n);
     }
     free(rows);
     task_free(task);

@@ -228,6 +228,46 @@ static void test_worked_examples(void) {
     group_free(&a);
 }
 
+/* fp-rnn §6.1 indexing: S5 = the 120 permutations in lexicographic (itertools) order, A4 x Z5 =
+ * (a, z) with index 5 a + z over the lexicographic even permutations of (1,2,3,4), Z60 = 0..59. */
+static void test_group_indexing(void) {
+    Group s5, a4z5, z60;
+    TH_CHECK(!group_create(&s5, "S5") && !group_create(&a4z5, "A4xZ5") && !group_create(&z60, "Z60"), "%s", err_msg());
+    /* independent enumeration: five nested loops over distinct digits visit tuples in lex order */
+    int idx = 0, ok = 1, even_idx = 0, ok_a5 = 1;
+    Group a5;
+    TH_CHECK(!group_create(&a5, "A5"), "%s", err_msg());
+    char want[64], got[64];
+    for (int p0 = 1; p0 <= 5; p0++)
+        for (int p1 = 1; p1 <= 5; p1++)
+            for (int p2 = 1; p2 <= 5; p2++)
+                for (int p3 = 1; p3 <= 5; p3++)
+                    for (int p4 = 1; p4 <= 5; p4++) {
+                        int p[5] = {p0, p1, p2, p3, p4}, used = 0, inv = 0;
+                        for (int i = 0; i < 5; i++) used |= 1 << p[i];
+                        if (used != 0x3E) continue;
+                        snprintf(want, sizeof want, "(%d,%d,%d,%d,%d)", p0, p1, p2, p3, p4);
+                        group_elem_str(&s5, idx++, got, sizeof got);
+                        ok &= !strcmp(want, got);
+                        for (int i = 0; i < 5; i++)
+                            for (int j = i + 1; j < 5; j++) inv += p[i] > p[j];
+                        if (inv % 2) continue;
+                        group_elem_str(&a5, even_idx++, got, sizeof got);
+                        ok_a5 &= !strcmp(want, got);
+                    }
+    TH_CHECK(ok && idx == 120 && s5.order == 120, "S5 is the lexicographic order of the 120 permutations");
+    TH_CHECK(ok_a5 && even_idx == 60, "A5 keeps the lexicographic order of the even permutations");
+    /* A4 x Z5: index 5 a + z; a = 2 is (1,4,2,3), the third even permutation of (1,2,3,4) */
+    group_elem_str(&a4z5, 5 * 2 + 3, got, sizeof got);
+    TH_CHECK(a4z5.order == 60 && !strcmp(got, "((1,4,2,3),3)"), "A4xZ5 index 13 = %s", got);
+    TH_CHECK(group_mul(&a4z5, 5 * 2 + 3, 5 * 0 + 4) == 5 * 2 + 2, "A4xZ5 multiplies componentwise, z mod 5");
+    TH_CHECK(group_mul(&z60, 59, 2) == 1 && z60.order == 60, "Z60 adds mod 60");
+    group_free(&s5);
+    group_free(&a5);
+    group_free(&a4z5);
+    group_free(&z60);
+}
+
 /* ---------------------------------------------------------------- tasks */
 
 static void test_vocab(void) {
@@ -416,7 +456,7 @@ static void test_config(void) {
     TH_CHECK(task_cfg_set(&c, "p", "high") == IM_EINVAL && strstr(err_msg(), "'p'"), "ill-typed float: %s", err_msg());
     TH_CHECK(task_cfg_set(&c, "train_len", "1.5") == IM_EINVAL && strstr(err_msg(), "'train_len'"), "ill-typed int: %s", err_msg());
     static const struct { const char *key, *value, *part; } bad[] = {
-        {"task", "copy", "'task'"}, {"group", "B5", "'group'"}, {"group", "S9", "S9"}, {"monoid", "free", "'monoid'"},
+        {"task", "copyy", "'task'"}, {"group", "B5", "'group'"}, {"group", "S9", "S9"}, {"monoid", "free", "'monoid'"},
         {"p", "1.5", "'p'"}, {"train_len", "0", "'train_len'"}, {"eval_lens", "8,x", "'eval_lens'"},
         {"eval_lens", "0", "'eval_lens'"}, {"eval_ps", "0.5,2", "'eval_ps'"}, {"eval_samples", "0", "'eval_samples'"},
         {"pad_loss", "2", "'pad_loss'"}, {"shift", "-1", "'shift'"}, {"seed", "-3", "'seed'"},
@@ -590,6 +630,7 @@ int main(void) {
     test_monoids();
     test_bad_names();
     test_worked_examples();
+    test_group_indexing();
     test_vocab();
     test_word_prefix_products();
     test_ios_prefix_and_layout();

@@ -1,4 +1,4 @@
-/* task.h: the state-tracking tasks, generated on the fly from a seed.
+/* task.h: the benchmark tasks, generated on the fly from a seed (or read, for catbAbI).
  *
  *   word  G x M word problem with parameter p (implicit-lm §8.2): x_t = g_t*|M| + m_t, where g_t is
  *         the identity with probability p and else uniform over G, m_t uniform over M; the target
@@ -8,14 +8,19 @@
  *         labels [BOS, y_1..y_k] with y_t = y_{t-1}∘x_t, y_0 = e. Tokens 0..|G|-1 are elements, then
  *         the specials PAD=|G|, BOS=|G|+1, UNK, EOS, SEP, CLS, MASK (vocabulary |G|+7, as the
  *         reference's tokenizer). Training rows have k ~ U{2..train_len}, right-padded with PAD.
+ *   copy  fp-rnn §6.2 (tasks_copy.c): rows of packed "$ s | s ." examples; eval scores the copy.
+ *   parity, even_pairs, cycle_navigation, modular_arithmetic, modular_arithmetic_brackets
+ *         fp-rnn §6.3 (tasks_formal.c): one hidden answer per row, scored at the position before it.
+ *   catbabi  fp-rnn §6.4 (babi.h): bAbI stories in windows of `context` tokens, answers scored.
  *
  * Every row is a pure function of (config, seed, stream, index): a training row of (step, row),
  * an evaluation row of its sample index. Batches therefore do not depend on the batch size, the
- * thread count or on what was drawn before, and a resumed run needs only its step number.
- * An evaluation sample of length L is the prefix of the same sample at any longer length (the
- * reference evaluates prefixes of one test set the same way), and at a fixed index the word
- * problem's samples for different p share their random numbers.
- * Out of scope: the copy / formal-language / catbAbI tasks, model-side loss and training loops.
+ * thread count or on what was drawn before, and a resumed run needs only its step number. (The
+ * catbAbI reference instead deals stories to stateful streams; babi.h says what we do instead.)
+ * An ios / word evaluation sample of length L is the prefix of the same sample at any longer
+ * length (the reference evaluates prefixes of one test set the same way), and at a fixed index the
+ * word problem's samples for different p share their random numbers.
+ * Out of scope: model-side loss and training loops, language modelling (fp-rnn §6.6).
  */
 #ifndef IMPLICIT_TASK_H
 #define IMPLICIT_TASK_H
@@ -26,29 +31,59 @@
 #include "../core/keytab.h"
 #include "group.h"
 
+/* The task families, in the order of the `task` key's help. */
+typedef enum {
+    TASK_WORD, TASK_IOS, TASK_COPY, TASK_PARITY, TASK_EVEN_PAIRS, TASK_CYCLE, TASK_MODARITH, TASK_BRACKETS,
+    TASK_CATBABI, TASK_N_KIND
+} TaskKind;
+
 /* Target value of positions that are not scored (same value as the models' IGNORE_INDEX). */
 #define TASK_IGNORE (-100)
 /* Most entries of an eval length or eval p list. */
 #define TASK_MAX_EVAL 64
+/* The eval length "val" of the formal tasks: lengths drawn from [val_min, val_max] per sample
+ * (the reference's validation split) instead of one exact length. */
+#define TASK_LEN_VAL 0
+/* Longest row (copy, formal) or window (catbabi) accepted for `context`. */
+#define TASK_MAX_CONTEXT 65536
 /* ios specials, as offsets from |G| (fp-rnn §6.1 tokenisation). */
 enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TASK_CLS = 5, TASK_MASK = 6, TASK_N_SPECIAL = 7 };
 
 /* X(type, name, default, help) with type INT | FLOAT | STR (core/keytab.h): the one list of task
  * keys. It drives the TaskCfg struct, defaults, `--key value` parsing, JSON and the printed config. */
 #define TASK_CFG_KEYS(X)                                                                                  \
-    X(STR, task, "word", "word = G x M word problem with p (implicit-lm 8) | ios = Illusion-of-State format (fp-rnn 6.1)") \
-    X(STR, group, "A5", "group G: S<n>, A<n>, Z<n> or a direct product like A4xZ5 (at most 5040 elements)")  \
+    X(STR, task, "word", "word = G x M word problem with p (implicit-lm 8) | ios = Illusion-of-State format (fp-rnn 6.1) " \
+                         "| copy (6.2) | parity | even_pairs | cycle_navigation | modular_arithmetic "                     \
+                         "| modular_arithmetic_brackets (6.3) | catbabi (6.4)")                                            \
+    X(STR, group, "A5", "word, ios: group G: S<n>, A<n>, Z<n> or a direct product like A4xZ5 (at most 5040 elements)") \
     X(STR, monoid, "aperiodic", "word task: monoid M = aperiodic {E,A,B,X} | trivial (vocab |G|)")        \
     X(FLOAT, p, 0.9, "word task: probability that a token's group part is the identity")                 \
     X(INT, train_len, 64, "word: training length T; ios: max length k (trains on lengths 2..k mixed)")   \
     X(INT, seed, 0, "data seed; training and evaluation are separate streams derived from it")           \
-    X(STR, eval_lens, "", "comma-separated eval lengths; \"\" = word: T,2T,4T; ios: 2 and steps of k/4 up to 4k") \
+    X(STR, eval_lens, "", "comma-separated eval lengths (formal tasks: 'val' = the val_min..val_max mix); \"\" = " \
+                          "word: T,2T,4T; ios: 2 and steps of k/4 up to 4k; copy: L_max/2 .. 2 L_max; "           \
+                          "formal: val, L_max/2, L_max, 2 L_max, .. up to context; catbabi: context")               \
     X(STR, eval_ps, "", "word task: comma-separated eval p values; \"\" = the training p and 0.5")       \
-    X(INT, eval_samples, 512, "samples per eval length (and p)")                                          \
+    X(INT, eval_samples, 512, "samples per eval length (and p); catbabi: at most this many windows")      \
     X(INT, pad_loss, 0, "ios: 1 = pad positions must predict PAD (the reference); 0 = ignored (default): " \
                         "PAD after PAD is trivial, so scoring it dilutes the loss and inflates token accuracy") \
     X(INT, shift, 0, "word: 0 = per-position targets y_t (default); 1 = the reference's shifted HF loss, " \
-                     "targets y_{t+1} in training only (spec 12-B2)")
+                     "targets y_{t+1} in training only (spec 12-B2)")                                      \
+    X(INT, min_len, 0, "copy, formal: shortest training length L_min (0 = the reference's: copy 5, formal 3)") \
+    X(INT, max_len, 0, "copy, formal: longest training length L_max (0 = copy 50, formal 40)")           \
+    X(INT, context, 0, "copy, formal: row length C (0 = 256; copy needs C >= 2 L_max + 3); "             \
+                       "catbabi: window length (0 = 200)")                                                 \
+    X(INT, alphabet, 26, "copy: letters V (vocabulary V + 4: $ | . *)")                                  \
+    X(INT, modulus, 0, "cycle_navigation: cycle length (0 = 6); modular_arithmetic(_brackets): modulus (0 = 5); " \
+                       "parity, even_pairs: 2")                                                            \
+    X(INT, val_min, 40, "formal: shortest length of the eval entry 'val'")                               \
+    X(INT, val_max, 256, "formal: longest length of the eval entry 'val'")                               \
+    X(STR, eval_pad, "context", "copy, formal: eval rows padded to context C (the reference) | tight "   \
+                                "(just long enough: faster, and the same answers for causal models)")      \
+    X(STR, babi_dir, "", "catbabi: folder of bAbI qa<N>_[<name>_]train|valid|test.txt files; "           \
+                         "\"\" = generated bAbI-style stories")                                            \
+    X(STR, babi_split, "valid", "catbabi: the eval split, valid | test")                                 \
+    X(INT, babi_eval_stories, 1000, "catbabi with generated stories: stories in the eval split")
 
 typedef struct {
     TASK_CFG_KEYS(KEY_FIELD)
@@ -72,30 +107,45 @@ void task_cfg_print(const TaskCfg *c, FILE *f);
 
 typedef struct Task Task;
 
-/* Validate the config and build the group tables. IM_EINVAL (naming the key) on a bad config. */
+/* Validate the config and build the group tables (catbabi: read or generate the stories).
+ * IM_EINVAL (naming the key) on a bad config; catbabi also IM_EIO / IM_EFORMAT (babi.h). */
 int task_create(Task **out, const TaskCfg *c);
 void task_free(Task *t);
-const TaskCfg *task_cfg(const Task *t);
-const Group *task_group(const Task *t);
+const TaskCfg *task_cfg(const Task *t);   /* the config, with 0 = "task default" keys resolved */
+const Group *task_group(const Task *t);   /* tasks without a group: Z1, named "-" */
 int task_is_ios(const Task *t);
+int task_kind(const Task *t);              /* TaskKind */
+const char *task_kind_name(int kind);      /* the `task` key's value */
+/* One line for logs: "copy: V 26, L 5..50, context 256". Returns snprintf's count. */
+int task_describe(const Task *t, char *buf, size_t cap);
 
-int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7 */
-int task_seq_len(const Task *t, int len);  /* model sequence length for a task length (ios: len + 1) */
-int task_train_seq_len(const Task *t);     /* task_seq_len(train_len): the T of task_train_batch */
-int task_special(const Task *t, int which);/* ios token id of TASK_PAD, TASK_BOS, ...; -1 for word */
+int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7; copy: V + 4; formal: 3..; catbabi: words */
+/* Model sequence length T for an eval length (ios: len + 1; copy: max(C, 2 len + 3) - 1 or, with
+ * eval_pad tight, 2 len + 2; formal: max(C, L) - 1 or L - 1; catbabi: len). */
+int task_seq_len(const Task *t, int len);
+int task_train_seq_len(const Task *t);     /* the T of task_train_batch (copy, formal: C - 1; catbabi: C) */
+int task_special(const Task *t, int which);/* ios token id of TASK_PAD, TASK_BOS, ...; -1 for the others */
+/* Chance accuracy of the answer for tasks that report scaled accuracy (acc - chance) / (1 - chance):
+ * 1/modulus for the formal tasks (1/2 parity, even_pairs); 0 for the others. */
+double task_chance(const Task *t);
+/* The range of task lengths an eval entry draws (formal: "val", odd / minimum lengths; else len..len). */
+void task_eval_len_range(const Task *t, int len, int *lo, int *hi);
+/* Distinct eval samples at this length: catbabi = windows of the eval split; -1 = unlimited. */
+long long task_eval_count(const Task *t, int len);
 
 /* Training rows row0..row0+B-1 of optimizer step `step` (row0 lets micro-batches of one step be
  * generated separately and still equal the whole batch). ids, targets: (B, task_train_seq_len)
  * with TASK_IGNORE where not scored. */
 void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, int *targets);
 /* Evaluation samples index0..index0+B-1 (a stream separate from training) at task length len
- * 1..2^20 and, for the word task, identity probability p (ignored by ios).
+ * 1..2^20 (TASK_LEN_VAL for the formal tasks' val mix; catbabi: the window length, windows of
+ * the eval split in order) and, for the word task, identity probability p (ignored by the others).
  * ids, targets: (B, task_seq_len(len)). Eval targets are never shifted (the reference's metric
  * compares logits_t with y_t even when it trains with the shifted loss). */
 void task_eval_batch(const Task *t, int len, float p, uint64_t index0, int B, int *ids, int *targets);
 
 /* The eval lists (from eval_lens / eval_ps or the defaults); return the count and point *out at
- * the task's own array. ios has one p entry, -1 (= "does not apply"). */
+ * the task's own array. Every task but word has one p entry, -1 (= "does not apply"). */
 int task_eval_lens(const Task *t, const int **out);
 int task_eval_ps(const Task *t, const float **out);
 
@@ -110,10 +160,15 @@ typedef struct {
  * logits: (B, T, V_stride) with V <= V_stride (padded vocabularies); targets: (B, T). */
 void task_score(TaskScore *s, const float *logits, int V, int V_stride, const int *targets, int B, int T);
 /* Longest length lens[i] with acc[i] > thr among n entries (any order); 0 when none
- * (the fp-rnn §6.1 length-generalisation criterion with thr = 0.9). */
+ * (the fp-rnn §6.1 length-generalisation criterion with thr = 0.9). TASK_LEN_VAL entries never count. */
 int task_longest_len(const int *lens, const double *acc, int n, double thr);
+/* Shortest length with acc <= thr (where it first drops below); 0 when none. */
+int task_first_fail_len(const int *lens, const double *acc, int n, double thr);
+/* The accuracy the length criterion uses: "seq_acc" (word problems, copy = string accuracy) or
+ * "tok_acc" (formal = answer accuracy, catbabi = request-answer accuracy). */
+const char *task_len_metric(const Task *t);
 
-/* A readable token: group element, "(g,m)" pair, or "[PAD]"-style special. */
+/* A readable token: group element, "(g,m)" pair, "[PAD]"-style special, letter, operator, word. */
 int task_token_str(const Task *t, int id, char *buf, size_t cap);
 
 #endif

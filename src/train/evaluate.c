@@ -7,6 +7,8 @@
 
 #include "../core/check.h"
 #include "../core/timer.h"
+#include "../io/atomic.h"
+#include "../io/json.h"
 #include "../kernels/kernels.h"
 
 int eval_mode_parse(const char *s) {
@@ -54,11 +56,16 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
     out->len = len;
     out->mode = mode;
     out->agree = -1;
-    out->p = task_is_ios(t) ? -1.0f : p;
+    out->p = task_kind(t) == TASK_WORD ? p : -1.0f;
+    task_eval_len_range(t, len, &out->len_min, &out->len_max);
+    long long avail = task_eval_count(t, len);
+    if (avail >= 0 && samples > avail) samples = (int)avail;
     out->samples = samples;
+    out->chance = task_chance(t);
     out->max_iter = m->cfg.eval_f_max_iter > 0 ? m->cfg.eval_f_max_iter : (int)(m->cfg.f_max_iter * m->cfg.eval_factor);
     if (strncmp(m->cfg.model, "implicit_", 9)) out->max_iter = 0;
-    if (len < 1) return err_set(IM_EINVAL, "evaluation length %d must be >= 1", len);
+    if (len < 1 && !(len == TASK_LEN_VAL && task_chance(t) > 0))
+        return err_set(IM_EINVAL, "evaluation length %d must be >= 1", len);
     if (samples < 1 || batch < 1) return err_set(IM_EINVAL, "evaluation needs samples >= 1 and batch >= 1");
     int T = task_seq_len(t, len), V = m->V;
     size_t nl = (size_t)batch * T * V + (size_t)batch * V;
@@ -108,6 +115,7 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
     out->tok_acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
     out->last10_acc = s.last10_n > 0 ? s.last10_ok / s.last10_n : 0;
     out->seq_acc = s.seq_n > 0 ? s.seq_ok / s.seq_n : 0;
+    out->scaled_acc = (out->tok_acc - out->chance) / (1 - out->chance);
     out->iters = nbatch ? iters / nbatch : 0;
     out->agree = agree_n > 0 ? agree / agree_n : -1;
     out->seconds = timer_now() - t0;
@@ -119,8 +127,9 @@ int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_i
     if (!strcmp(name, "seq_acc")) *value = r->seq_acc;
     else if (!strcmp(name, "tok_acc")) *value = r->tok_acc;
     else if (!strcmp(name, "last10_acc")) *value = r->last10_acc;
+    else if (!strcmp(name, "scaled_acc")) *value = r->scaled_acc;
     else if (!strcmp(name, "loss")) { *value = r->loss; *higher_is_better = 0; }
-    else return err_set(IM_EINVAL, "unknown metric '%s' (seq_acc | tok_acc | last10_acc | loss)", name);
+    else return err_set(IM_EINVAL, "unknown metric '%s' (seq_acc | tok_acc | last10_acc | scaled_acc | loss)", name);
     return IM_OK;
 }
 
@@ -137,22 +146,139 @@ void eval_print_hist(const EvalRow *rows, int n, FILE *f) {
     }
 }
 
+/* "val" for the val mix, else the length. */
+static void len_label(const EvalRow *r, char *buf, size_t cap) {
+    if (r->len == TASK_LEN_VAL) snprintf(buf, cap, "val");
+    else snprintf(buf, cap, "%d", r->len);
+}
+
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {
-    int implicit = 0, both = 0;
-    for (int i = 0; i < n; i++) implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0;
-    fprintf(f, "| length |    p | mode         | samples |   loss | tok acc | last10 acc | seq acc |%s%s\n",
-            implicit ? " max it | iters |" : "", both ? " agree |" : "");
-    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|--------:|-----------:|--------:|%s%s\n",
-            implicit ? "-------:|------:|" : "", both ? "------:|" : "");
+    int implicit = 0, both = 0, scaled = 0;
+    for (int i = 0; i < n; i++) implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0;
+    fprintf(f, "| length |    p | mode         | samples |   loss | tok acc | last10 acc | seq acc |%s%s%s\n",
+            scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "");
+    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|--------:|-----------:|--------:|%s%s%s\n",
+            scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
-        char p[16];
+        char p[16], len[16];
         if (r->p < 0) snprintf(p, sizeof p, "  -");
         else snprintf(p, sizeof p, "%.2f", r->p);
-        fprintf(f, "| %6d | %4s | %-12s | %7d | %6.4f | %6.2f%% | %9.2f%% | %6.2f%% |", r->len, p, eval_mode_name(r->mode),
+        len_label(r, len, sizeof len);
+        fprintf(f, "| %6s | %4s | %-12s | %7d | %6.4f | %6.2f%% | %9.2f%% | %6.2f%% |", len, p, eval_mode_name(r->mode),
                 r->samples, r->loss, 100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
+        if (scaled) fprintf(f, " %6.3f |", r->scaled_acc);
         if (implicit) fprintf(f, " %6d | %5.1f |", r->max_iter, r->iters);
         if (both) fprintf(f, " %4.1f%% |", r->agree >= 0 ? 100 * r->agree : 0.0);
         fputc('\n', f);
     }
+}
+
+void eval_length_summary(const EvalRow *rows, int n, const char *metric, double thr, int *longest, int *first_fail) {
+    int *lens = xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    double *acc = xmalloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) {
+        int hib;
+        lens[i] = rows[i].len;
+        if (eval_metric(&rows[i], metric, &acc[i], &hib)) acc[i] = 0;
+    }
+    *longest = task_longest_len(lens, acc, n, thr);
+    *first_fail = task_first_fail_len(lens, acc, n, thr);
+    free(lens);
+    free(acc);
+}
+
+/* p is a float: write the shortest decimal that reads back as that float (0.9, not 0.899999976). */
+static double p_value(float p) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.9g", (double)p);
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)p);
+        if ((float)strtod(buf, NULL) == p) break;
+    }
+    return strtod(buf, NULL);
+}
+
+/* The shortest "%.*g" text that reads back as x exactly (CSV readable and lossless). */
+static const char *num(char *buf, size_t cap, double x) {
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, cap, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
+typedef struct {
+    const EvalRow *rows;
+    int n;
+} RowList;
+
+static int emit_csv(FILE *f, void *ctx) {
+    const EvalRow *rows = ((const RowList *)ctx)->rows;
+    int n = ((const RowList *)ctx)->n;
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds\n");
+    for (int i = 0; i < n; i++) {
+        const EvalRow *r = &rows[i];
+        char len[16];
+        len_label(r, len, sizeof len);
+        fprintf(f, "%s,%d,%d,%s,", len, r->len_min, r->len_max, r->p >= 0 ? num(a, sizeof a, p_value(r->p)) : "");
+        fprintf(f, "%s,%d,%s,%s,%s,%s,", eval_mode_name(r->mode), r->samples, num(a, sizeof a, r->loss),
+                num(b, sizeof b, r->tok_acc), num(c, sizeof c, r->last10_acc), num(d, sizeof d, r->seq_acc));
+        fprintf(f, "%s,", r->chance > 0 ? num(a, sizeof a, r->scaled_acc) : "");
+        if (r->max_iter > 0) fprintf(f, "%d,%s,", r->max_iter, num(a, sizeof a, r->iters));
+        else fprintf(f, ",,");
+        fprintf(f, "%s,%.6f\n", r->agree >= 0 ? num(a, sizeof a, r->agree) : "", r->seconds);
+    }
+    return ferror(f) ? err_set(IM_EIO, "write error") : IM_OK;
+}
+
+int eval_write_csv(const char *path, const EvalRow *rows, int n) {
+    RowList l = {rows, n};
+    return atomic_write(path, emit_csv, &l);
+}
+
+int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
+                    double thr) {
+    int longest, first_fail;
+    eval_length_summary(rows, n, metric, thr, &longest, &first_fail);
+    JsonBuf b;
+    json_buf_init(&b, 2);
+    json_buf_begin_obj(&b);
+    if (ckpt) json_buf_kv_str(&b, "checkpoint", ckpt);
+    if (task) json_buf_kv_str(&b, "task", task);
+    json_buf_kv_str(&b, "metric", metric);
+    json_buf_kv_num(&b, "threshold", thr);
+    json_buf_kv_int(&b, "longest_len", longest);
+    json_buf_kv_int(&b, "first_fail_len", first_fail);
+    json_buf_key(&b, "rows");
+    json_buf_begin_arr(&b);
+    for (int i = 0; i < n; i++) {
+        const EvalRow *r = &rows[i];
+        json_buf_begin_obj(&b);
+        if (r->len == TASK_LEN_VAL) json_buf_kv_str(&b, "len", "val");
+        else json_buf_kv_int(&b, "len", r->len);
+        if (r->len_min != r->len || r->len_max != r->len) {
+            json_buf_kv_int(&b, "len_min", r->len_min);
+            json_buf_kv_int(&b, "len_max", r->len_max);
+        }
+        if (r->p >= 0) json_buf_kv_num(&b, "p", p_value(r->p));
+        json_buf_kv_int(&b, "samples", r->samples);
+        json_buf_kv_num(&b, "loss", r->loss);
+        json_buf_kv_num(&b, "tok_acc", r->tok_acc);
+        json_buf_kv_num(&b, "last10_acc", r->last10_acc);
+        json_buf_kv_num(&b, "seq_acc", r->seq_acc);
+        if (r->chance > 0) json_buf_kv_num(&b, "chance", r->chance), json_buf_kv_num(&b, "scaled_acc", r->scaled_acc);
+        json_buf_kv_str(&b, "mode", eval_mode_name(r->mode));
+        if (r->max_iter > 0) json_buf_kv_int(&b, "max_iter", r->max_iter), json_buf_kv_num(&b, "iters", r->iters);
+        if (r->agree >= 0) json_buf_kv_num(&b, "agree", r->agree);
+        json_buf_kv_num(&b, "seconds", r->seconds);
+        json_buf_end_obj(&b);
+    }
+    json_buf_end_arr(&b);
+    json_buf_end_obj(&b);
+    json_buf_append(&b, "\n", 1);
+    int rc = atomic_write_bytes(path, b.data, b.len);
+    json_buf_free(&b);
+    return rc;
 }
