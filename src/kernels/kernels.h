@@ -31,7 +31,7 @@
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
-    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(rope_fwd) X(rope_bwd) \
+    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(adamw) X(sumsq) X(axpby)
 
@@ -187,6 +187,34 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
 void k_ssd_step_ref(float *y, float *S_out, const float *S_in, const float *x, const float *dt,
                     const float *A, const float *Bm, const float *Cm, const float *Dskip,
                     int B, int H, int P, int N);
+
+/* ---- Mamba-1 selective scan S6 (spec fp-rnn §3.1, §3.5, §5.2) ------------------------------ */
+/* Mamba-1 selective scan (S6): per sequence b, channel i < E, state j < N, from H_0 = 0:
+ *   H_t[i,j] = exp(dt_t[i]·A[i,j])·H_{t-1}[i,j] + dt_t[i]·Bm_t[j]·x_t[i]
+ *   y_t[i]   = Σ_j Cm_t[j]·H_t[i,j] + D[i]·x_t[i]
+ * x, dt, y:(B,T,E)  A:(E,N)  Bm, Cm:(B,T,N)  D:(E)|NULL.  h_out:(B,E,N)|NULL receives H_T.
+ * dt is used as given (post-softplus); y must not alias the inputs. Scratch (kscratch.h): forward
+ * (2N+2)*64 floats per thread; backward (2TN + 3N + 5)*cw floats per thread (cw = channel block,
+ * 64, narrowing to 16 as T*N grows) plus partials of B*E*(N+1) + 2*B*T*N*ceil(E/cw) floats. */
+void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *Bm,
+              const float *Cm, const float *D, int B, int T, int E, int N);
+void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const float *A,
+                  const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N);
+/* Backward: dx, ddt:(B,T,E), dA:(E,N), dBm, dCm:(B,T,N), dD:(E) accumulate (+=), any may be NULL.
+ * Recomputes the states (no per-step state is cached by the forward). */
+void k_s6_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, const float *dy,
+              const float *x, const float *dt, const float *A, const float *Bm, const float *Cm,
+              const float *D, int B, int T, int E, int N);
+void k_s6_bwd_ref(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD,
+                  const float *dy, const float *x, const float *dt, const float *A,
+                  const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N);
+/* One token: y:(B,E) written; h_in:(B,E,N) state after the previous tokens; h_out:(B,E,N)|NULL
+ * new state (NULL = do not commit; may equal h_in). x, dt:(B,E); Bm, Cm:(B,N). */
+void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
+               const float *A, const float *Bm, const float *Cm, const float *D, int B, int E, int N);
+void k_s6_step_ref(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
+                   const float *A, const float *Bm, const float *Cm, const float *D, int B, int E,
+                   int N);
 
 /* ---- rotary embedding (spec §1.5, rotate-half / NeoX layout) -------------------------------- */
 /* For token t at position p = pos0 + t, head-dim pairs (i, i+HD/2), i < HD/2, with
