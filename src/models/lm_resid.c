@@ -24,7 +24,7 @@
 #include "lm_common.h"
 
 /* The mixer kinds, looked up by cfg.model. */
-static const LmMixerKind *const KINDS[] = {&lm_mixer_mamba1};
+static const LmMixerKind *const KINDS[] = {&lm_mixer_mamba1, &lm_mixer_fp_mamba};
 
 typedef struct {
     const LmMixerKind *kind;
@@ -88,8 +88,8 @@ static void bind_all(Model *m) {
     LmResid *lm = m->impl;
     if (lm->bound) return;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        lm->kind->bind(lm->kcfg, wl(lm, lm->w, l), wl(lm, lm->w_off, l), m->params);
-        lm->kind->bind(lm->kcfg, wl(lm, lm->dw, l), wl(lm, lm->w_off, l), m->grads);
+        lm->kind->bind(lm->kcfg, wl(lm, lm->w, l), wl(lm, lm->w_off, l), &m->tab, m->params);
+        lm->kind->bind(lm->kcfg, wl(lm, lm->dw, l), wl(lm, lm->w_off, l), &m->tab, m->grads);
     }
     lm->bound = 1;
 }
@@ -229,6 +229,11 @@ void lm_resid_free(Model *m) {
     if (!lm) return;
     arena_free(&lm->acts);
     arena_free(&lm->st);
+    if (lm->bound && lm->kind->unbind)
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            lm->kind->unbind(lm->kcfg, wl(lm, lm->w, l));
+            lm->kind->unbind(lm->kcfg, wl(lm, lm->dw, l));
+        }
     if (lm->kcfg) lm->kind->free_cfg(lm->kcfg);
     free(lm->w_off);
     free(lm->w);
@@ -239,6 +244,7 @@ void lm_resid_free(Model *m) {
 }
 
 const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1");
+const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba");
 
 /* ==== mixer kind "mamba1" (layers/mamba1.h) ======================================================
  * X(member, name suffix, init, a, b, decay, ndim, d0, d1, d2) with D, E, N, R, W, K from the
@@ -289,8 +295,9 @@ static void m1_add_params(const void *cfg, const ModelCfg *c, ParamTable *t, int
 #undef ADD
 }
 
-static void m1_bind(const void *cfg, void *w, const void *w_off, float *base) {
+static void m1_bind(const void *cfg, void *w, const void *w_off, const ParamTable *t, float *base) {
     (void)cfg;
+    (void)t;
     Mamba1W *p = w;
     const Mamba1W *off = w_off;
 #define BIND(member, ...) p->member = LM_AT(base, off->member);
@@ -328,7 +335,7 @@ static int m1_step(const LmMixCtx *x, const void *w, float *y, const float *xin,
 }
 
 const LmMixerKind lm_mixer_mamba1 = {
-    "mamba1",      sizeof(Mamba1W), m1_init,  m1_free_cfg, m1_add_params, m1_bind,
+    "mamba1",      sizeof(Mamba1W), m1_init,  m1_free_cfg, m1_add_params, m1_bind, NULL,
     m1_post_init,  NULL,            m1_cache, m1_scratch,  m1_state,      m1_step_scratch,
     m1_fwd,        m1_bwd,          m1_step,
 };

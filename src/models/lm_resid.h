@@ -12,8 +12,9 @@
  * memory (cache / scratch / state, STYLE §8.3) and its fwd / bwd / step. The wrapper owns all
  * memory and calls the kind per layer; a kind never allocates activations.
  * Registered kinds (lm_resid.c, table KINDS; the model name picks the kind):
- *   "mamba1"  Mamba-1 mixer (layers/mamba1.h), spec §5.2.
- * Adding a kind, e.g. "fp_mamba": write an LmMixerKind (ideally in its own file, declared here),
+ *   "mamba1"    Mamba-1 mixer (layers/mamba1.h), spec §5.2.
+ *   "fp_mamba"  FP-Mamba fixed-point mixer (layers/fp_mamba.h, kind in lm_fp.c), spec §3.1.
+ * Adding a kind: write an LmMixerKind (ideally in its own file, declared here),
  * add it to KINDS in lm_resid.c, define its ModelType with LM_RESID_TYPE there and list that in
  * model.c's registry.
  */
@@ -47,8 +48,11 @@ typedef struct {
     /* Add layer `layer`'s tensors (names "backbone.layers.<layer>.mixer.*", init rules, decay)
      * to t and store their offsets in w_off (a weight struct, see LM_OFF). */
     void (*add_params)(const void *cfg, const ModelCfg *c, ParamTable *t, int layer, void *w_off);
-    /* w = w_off with every offset turned into a pointer into base (θ or dθ). */
-    void (*bind)(const void *cfg, void *w, const void *w_off, float *base);
+    /* w = w_off with every offset turned into a pointer into base (θ or dθ); t is the model's
+     * table (for kinds that find their tensors by name). */
+    void (*bind)(const void *cfg, void *w, const void *w_off, const ParamTable *t, float *base);
+    /* Release what bind allocated for w (e.g. effective-weight buffers) | NULL. */
+    void (*unbind)(const void *cfg, void *w);
     /* Init rules the table cannot express, after ptab_init_values (w points into θ) | NULL. */
     void (*post_init)(const LmMixCtx *x, void *w);
     /* Refresh derived weights (e.g. weight norm) before a forward or a run of steps | NULL. */
@@ -71,7 +75,7 @@ typedef struct {
                 float *scratch, int B);
 } LmMixerKind;
 
-extern const LmMixerKind lm_mixer_mamba1;
+extern const LmMixerKind lm_mixer_mamba1, lm_mixer_fp_mamba;
 
 /* The ModelType functions shared by every kind (lm_resid.c); a family's ModelType is
  * LM_RESID_TYPE("<name>"), the kind being looked up by cfg.model in build. */

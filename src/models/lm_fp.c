@@ -1,0 +1,177 @@
+/* lm_fp.c: the "fp_mamba" mixer kind of the residual LM (lm_resid.h): one FP-Mamba layer
+ * (layers/fp_mamba.h) per block, and the model-level side of the FixedPointOptimizer (spec
+ * fp-rnn §1.4, §1.6): which options a forward uses, the per-batch ℓ_max, the diagnostics.
+ *
+ *   training   quantile 1 − fp_outlier_q of the batch, cap ℓ_max = fp_max_iter, or, when
+ *              fp_max_iter < 0, ceil(Gamma(4, fp_gamma_k/16 + 1)) ("code") or ceil(Gamma(4, 1))
+ *              ("paper") drawn once per optimizer step for all layers (a pure function of the
+ *              step, so a resumed run draws the same values)
+ *   evaluation quantile 1 (every sequence), cap fp_eval_cap; sequential steps use the same rule
+ *              per token.
+ * Diagnostics: m->fp_iters = mean over layers of the solver's f evaluations (per token in step
+ * mode), m->fp_res_max = the worst sample's best residual, m->fp_step_max = ℓ_max of the batch.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../layers/fp_mamba.h"
+#include "lm_resid.h"
+
+typedef struct {
+    FpMambaCfg c;
+    FpoOpts train, eval;
+    int max_iter;       /* ℓ_max, < 0 = random per batch */
+    int gamma_paper, gamma_k;
+} FpKindCfg;
+
+typedef struct {
+    int layer;
+    FpMambaW w;
+    float *eff;         /* owned: effective weights (θ side) or their gradients (dθ side) */
+} FpKindW;
+
+static int fpk_init(void **cfg, const ModelCfg *c) {
+    if (c->backbone_dropout > 0)
+        return err_set(IM_EINVAL, "config key 'backbone_dropout': not supported by fp_mamba (use 0)");
+    FpKindCfg *k = calloc(1, sizeof *k);
+    CHECK(k, "out of memory");
+    int R = c->dt_rank > 0 ? c->dt_rank : (c->d_model + 15) / 16;
+    int conv = c->short_conv == 1; /* -1 = the word-problem default: no conv */
+    int rc = fp_mamba_cfg_init(&k->c, c->d_model, c->expand, c->d_state, R, c->d_conv, conv, c->mixer_h_dep,
+                               c->symm_mixer, c->bc_norm, c->glu_in_loop, c->fp_n_backwards, (float)c->norm_eps,
+                               c->mixer_type, c->mixer_rank, c->mixer_ac, c->mixer_proj_rank, c->kron_norm);
+    if (rc) {
+        free(k);
+        return rc;
+    }
+    fpo_opts_default(&k->train);
+    k->train.step0 = (float)c->fp_step0;
+    k->train.decay = (float)c->fp_decay;
+    k->train.patience = c->fp_patience;
+    k->train.thr = c->fp_threshold;
+    k->train.quantile = 1.0 - c->fp_outlier_q;
+    k->train.cap = c->fp_max_iter > 0 ? c->fp_max_iter : 1;
+    k->eval = k->train;
+    k->eval.quantile = 1.0;
+    k->eval.cap = c->fp_eval_cap;
+    k->max_iter = c->fp_max_iter;
+    k->gamma_paper = !strcmp(c->fp_gamma, "paper");
+    k->gamma_k = c->fp_gamma_k;
+    *cfg = k;
+    return IM_OK;
+}
+
+static void fpk_free_cfg(void *cfg) { free(cfg); }
+
+static void layer_prefix(char *buf, size_t cap, int layer) { snprintf(buf, cap, "backbone.layers.%d.mixer", layer); }
+
+static void fpk_add_params(const void *cfg, const ModelCfg *c, ParamTable *t, int layer, void *w_off) {
+    const FpKindCfg *k = cfg;
+    char prefix[PARAM_NAME_LEN];
+    layer_prefix(prefix, sizeof prefix, layer);
+    /* §3.4: out_proj re-drawn U(±1/√fan_in)/√n_layer (rescale_out_proj -1 = as the reference) */
+    float out_scale = c->rescale_out_proj != 0 ? 1.0f / sqrtf((float)c->n_layer) : 1.0f;
+    fp_mamba_add_params(&k->c, t, prefix, out_scale);
+    ((FpKindW *)w_off)->layer = layer;
+}
+
+static void fpk_bind(const void *cfg, void *w, const void *w_off, const ParamTable *t, float *base) {
+    const FpKindCfg *k = cfg;
+    FpKindW *p = w;
+    char prefix[PARAM_NAME_LEN];
+    p->layer = ((const FpKindW *)w_off)->layer;
+    layer_prefix(prefix, sizeof prefix, p->layer);
+    p->eff = calloc(fp_mamba_eff_floats(&k->c) + 16, sizeof(float));
+    CHECK(p->eff, "out of memory");
+    fp_mamba_bind(&k->c, &p->w, t, base, prefix, p->eff);
+}
+
+static void fpk_unbind(const void *cfg, void *w) {
+    (void)cfg;
+    FpKindW *p = w;
+    fp_mamba_unbind(&p->w);
+    free(p->eff);
+    p->eff = NULL;
+}
+
+static void fpk_post_init(const LmMixCtx *x, void *w) {
+    const FpKindCfg *k = x->cfg;
+    fp_mamba_post_init(&k->c, &((FpKindW *)w)->w);
+}
+
+static void fpk_prepare(const LmMixCtx *x, const void *w) {
+    const FpKindCfg *k = x->cfg;
+    fp_mamba_refresh(&k->c, (FpMambaW *)&((const FpKindW *)w)->w);
+}
+
+static size_t fpk_cache(const void *cfg, int B, int T) { return fp_mamba_cache_floats(&((const FpKindCfg *)cfg)->c, B, T); }
+static size_t fpk_scratch(const void *cfg, int B, int T) { return fp_mamba_scratch_floats(&((const FpKindCfg *)cfg)->c, B, T); }
+static size_t fpk_state(const void *cfg, int B) { return fp_mamba_state_floats(&((const FpKindCfg *)cfg)->c, B); }
+static size_t fpk_step_scratch(const void *cfg, int B) { return fp_mamba_step_scratch_floats(&((const FpKindCfg *)cfg)->c, B); }
+
+/* ℓ_max of a training batch (spec §1.6) */
+static int batch_max_iter(const FpKindCfg *k, const Model *m) {
+    if (k->max_iter > 0) return k->max_iter;
+    Rng r;
+    rng_seed(&r, rng_hash(0x6c6d6178, (uint64_t)m->train_step, 0), 11);
+    double scale = k->gamma_paper ? 1.0 : k->gamma_k / 16.0 + 1.0;
+    double g = ceil(fpo_gamma(&r, 4.0, scale));
+    return g < 1 ? 1 : g > 100000 ? 100000 : (int)g;
+}
+
+static void note_stats(const LmMixCtx *x, const FpMambaStats *st, double iters, int cap, const char *phase) {
+    Model *m = x->m;
+    int L = m->cfg.n_layer;
+    if (x->layer == 0) {
+        m->fp_iters = 0;
+        m->fp_res = 0;
+        m->fp_res_max = 0;
+    }
+    m->fp_iters += iters / L;
+    m->fp_res += st->best_max / L;
+    if (st->best_max > m->fp_res_max) m->fp_res_max = st->best_max;
+    m->fp_step_max = cap;
+    m->fp_phase = phase;
+}
+
+static int fpk_fwd(const LmMixCtx *x, const void *w, float *y, const float *xin, float *cache, float *scratch,
+                   int B, int T) {
+    const FpKindCfg *k = x->cfg;
+    FpoOpts o = x->m->training ? k->train : k->eval;
+    if (x->m->training) o.cap = batch_max_iter(k, x->m);
+    FpMambaStats st = {0};
+    int rc = fp_mamba_fwd(&k->c, &((const FpKindW *)w)->w, y, xin, &o, &st, cache, scratch, B, T);
+    if (rc) return err_wrap(rc, "layer %d", x->layer);
+    note_stats(x, &st, st.iters, o.cap, x->m->training ? "fp train" : "fp eval");
+    return IM_OK;
+}
+
+static void fpk_bwd(const LmMixCtx *x, const void *w, void *dw, float *dx, const float *dy, const float *xin,
+                    const float *cache, float *scratch, int B, int T) {
+    const FpKindCfg *k = x->cfg;
+    const FpKindW *p = w;
+    FpKindW *d = dw;
+    /* the effective-weight gradients are per backward: map them onto (g, v) at the end */
+    memset(d->eff, 0, fp_mamba_eff_floats(&k->c) * sizeof(float));
+    fp_mamba_bwd(&k->c, &p->w, &d->w, dx, dy, xin, cache, scratch, B, T);
+    fp_mamba_wn_bwd(&k->c, &p->w, &d->w);
+}
+
+static int fpk_step(const LmMixCtx *x, const void *w, float *y, const float *xin, float *state, float *scratch,
+                    int B) {
+    const FpKindCfg *k = x->cfg;
+    FpMambaStats st = {0};
+    int rc = fp_mamba_step(&k->c, &((const FpKindW *)w)->w, y, xin, state, &k->eval, &st, scratch, B);
+    if (rc) return err_wrap(rc, "layer %d", x->layer);
+    note_stats(x, &st, st.iters, k->eval.cap, "fp sequential");
+    return IM_OK;
+}
+
+const LmMixerKind lm_mixer_fp_mamba = {
+    "fp_mamba", sizeof(FpKindW), fpk_init,    fpk_free_cfg, fpk_add_params,   fpk_bind, fpk_unbind,
+    fpk_post_init, fpk_prepare,  fpk_cache,   fpk_scratch,  fpk_state,        fpk_step_scratch,
+    fpk_fwd,    fpk_bwd,         fpk_step,
+};
