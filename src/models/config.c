@@ -99,12 +99,14 @@ int cfg_validate(const ModelCfg *c) {
     int imp = !strncmp(c->model, "implicit_", 9);
     const char *fam = imp ? c->model + 9 : c->model;
     int is_m = !strcmp(fam, "mamba2"), is_l = !strcmp(fam, "llama"), is_r = !imp && !strcmp(fam, "lstm");
-    int is_m1 = !imp && (!strcmp(fam, "mamba1") || !strcmp(fam, "fp_mamba"));
-    int is_fp = !imp && !strcmp(fam, "fp_mamba");
+    int is_fp = !imp && (!strcmp(fam, "fp_mamba") || !strcmp(fam, "fp_mamba2") || !strcmp(fam, "fp_rnn"));
+    int is_m1 = !imp && (!strcmp(fam, "mamba1") || is_fp);
     int is_delta = !imp && (!strcmp(fam, "deltanet") || !strcmp(fam, "gated_deltanet"));
     if (!is_m && !is_l && !is_r && !is_m1 && !is_delta)
         BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm | implicit_mamba2 | implicit_llama | "
-            "mamba1 | fp_mamba | deltanet | gated_deltanet)", c->model);
+            "mamba1 | fp_mamba | fp_mamba2 | fp_rnn | deltanet | gated_deltanet)", c->model);
+    if (!strcmp(fam, "fp_mamba2") && (c->headdim < 1 || (c->expand * c->d_model) % c->headdim))
+        BAD("config key 'headdim': %d does not divide expand*d_model = %d", c->headdim, c->expand * c->d_model);
     if (imp) {
         int rc = deq_validate(c);
         if (rc) return rc;
