@@ -165,7 +165,8 @@ int cmd_eval(int argc, char **argv) {
                "word problems and copy, answer accuracy for the formal tasks and catbabi); --json / --csv write the\n"
                "curve, one row per length (and p, and iteration cap).\n"
                "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
-               "(duality); --max_iters repeats the evaluation per iteration cap (implicit models; 0 = as trained).\n"
+               "(duality); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models;\n"
+               "0 = as trained). Fixed-point RNNs (fp_*) also take --fp_eval_cap N and --fp_threshold X.\n"
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
                "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson),\n"
                "--latent_noise_db / --state_noise_db / --noise_mode / --noise_seed (noise in sequential mode, spec 7),\n"
@@ -212,9 +213,9 @@ int cmd_eval(int argc, char **argv) {
                 while (*q && *q != ',') q++;
                 if (!*q) break;
             }
-            if (strncmp(m.cfg.model, "implicit_", 9)) {
+            if (strncmp(m.cfg.model, "implicit_", 9) && strncmp(m.cfg.model, "fp_", 3)) {
                 model_free(&m);
-                err_set(IM_EINVAL, "--max_iters applies to implicit models only (this is '%s')", m.cfg.model);
+                err_set(IM_EINVAL, "--max_iters applies to implicit and fixed-point models only (this is '%s')", m.cfg.model);
                 return fail(NULL);
             }
         }
@@ -222,7 +223,8 @@ int cmd_eval(int argc, char **argv) {
             /* evaluation-time model keys: iteration caps, tolerances, sequential solver options */
             static const char *const eval_keys[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
                                                     "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
-                                                    "latent_noise_db", "state_noise_db", "noise_mode", "noise_seed", NULL};
+                                                    "latent_noise_db", "state_noise_db", "noise_mode", "noise_seed",
+                                                    "fp_eval_cap", "fp_threshold", NULL};
             int model_key = 0;
             for (int e = 0; eval_keys[e]; e++) model_key |= !strcmp(k, eval_keys[e]);
             int rc = model_key ? cfg_set(&m.cfg, k, v) : keytab_set(&task_keytab, &tc, k, v);
@@ -246,9 +248,10 @@ int cmd_eval(int argc, char **argv) {
     const float *ps;
     int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0, rc = 0;
     EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
-    int own_cap = m.cfg.eval_f_max_iter;
+    int is_fp = !strncmp(m.cfg.model, "fp_", 3), own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
     for (int c = 0; c < n_caps && !rc; c++) {
-        m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
+        if (is_fp) m.cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
+        else m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
         for (int i = 0; i < nl && !rc; i++)
             for (int j = 0; j < np && !rc; j++) {
                 rc = eval_run(&m, task, lens[i], ps[j], tc.eval_samples, batch, mode, &rows[n]);

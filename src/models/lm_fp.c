@@ -22,10 +22,21 @@
 
 typedef struct {
     FpMambaCfg c;
-    FpoOpts train, eval;
-    int max_iter;       /* ℓ_max, < 0 = random per batch */
-    int gamma_paper, gamma_k;
 } FpKindCfg;
+
+/* The solver options of a forward, read from the live config (so `implicit eval --fp_eval_cap N`
+ * and the test-time-compute sweep change them without rebuilding the model). */
+static FpoOpts solver_opts(const ModelCfg *c, int training) {
+    FpoOpts o;
+    fpo_opts_default(&o);
+    o.step0 = (float)c->fp_step0;
+    o.decay = (float)c->fp_decay;
+    o.patience = c->fp_patience;
+    o.thr = c->fp_threshold;
+    o.quantile = training ? 1.0 - c->fp_outlier_q : 1.0;
+    o.cap = training ? (c->fp_max_iter > 0 ? c->fp_max_iter : 1) : c->fp_eval_cap;
+    return o;
+}
 
 typedef struct {
     int layer;
@@ -47,19 +58,6 @@ static int fpk_init(void **cfg, const ModelCfg *c) {
         free(k);
         return rc;
     }
-    fpo_opts_default(&k->train);
-    k->train.step0 = (float)c->fp_step0;
-    k->train.decay = (float)c->fp_decay;
-    k->train.patience = c->fp_patience;
-    k->train.thr = c->fp_threshold;
-    k->train.quantile = 1.0 - c->fp_outlier_q;
-    k->train.cap = c->fp_max_iter > 0 ? c->fp_max_iter : 1;
-    k->eval = k->train;
-    k->eval.quantile = 1.0;
-    k->eval.cap = c->fp_eval_cap;
-    k->max_iter = c->fp_max_iter;
-    k->gamma_paper = !strcmp(c->fp_gamma, "paper");
-    k->gamma_k = c->fp_gamma_k;
     *cfg = k;
     return IM_OK;
 }
@@ -113,11 +111,12 @@ static size_t fpk_state(const void *cfg, int B) { return fp_mamba_state_floats(&
 static size_t fpk_step_scratch(const void *cfg, int B) { return fp_mamba_step_scratch_floats(&((const FpKindCfg *)cfg)->c, B); }
 
 /* ℓ_max of a training batch (spec §1.6) */
-static int batch_max_iter(const FpKindCfg *k, const Model *m) {
-    if (k->max_iter > 0) return k->max_iter;
+static int batch_max_iter(const Model *m) {
+    const ModelCfg *c = &m->cfg;
+    if (c->fp_max_iter > 0) return c->fp_max_iter;
     Rng r;
     rng_seed(&r, rng_hash(0x6c6d6178, (uint64_t)m->train_step, 0), 11);
-    double scale = k->gamma_paper ? 1.0 : k->gamma_k / 16.0 + 1.0;
+    double scale = !strcmp(c->fp_gamma, "paper") ? 1.0 : c->fp_gamma_k / 16.0 + 1.0;
     double g = ceil(fpo_gamma(&r, 4.0, scale));
     return g < 1 ? 1 : g > 100000 ? 100000 : (int)g;
 }
@@ -140,8 +139,8 @@ static void note_stats(const LmMixCtx *x, const FpMambaStats *st, double iters, 
 static int fpk_fwd(const LmMixCtx *x, const void *w, float *y, const float *xin, float *cache, float *scratch,
                    int B, int T) {
     const FpKindCfg *k = x->cfg;
-    FpoOpts o = x->m->training ? k->train : k->eval;
-    if (x->m->training) o.cap = batch_max_iter(k, x->m);
+    FpoOpts o = solver_opts(&x->m->cfg, x->m->training);
+    if (x->m->training) o.cap = batch_max_iter(x->m);
     FpMambaStats st = {0};
     int rc = fp_mamba_fwd(&k->c, &((const FpKindW *)w)->w, y, xin, &o, &st, cache, scratch, B, T);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
@@ -164,9 +163,10 @@ static int fpk_step(const LmMixCtx *x, const void *w, float *y, const float *xin
                     int B) {
     const FpKindCfg *k = x->cfg;
     FpMambaStats st = {0};
-    int rc = fp_mamba_step(&k->c, &((const FpKindW *)w)->w, y, xin, state, &k->eval, &st, scratch, B);
+    FpoOpts o = solver_opts(&x->m->cfg, 0);
+    int rc = fp_mamba_step(&k->c, &((const FpKindW *)w)->w, y, xin, state, &o, &st, scratch, B);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, st.iters, k->eval.cap, "fp sequential");
+    note_stats(x, &st, st.iters, o.cap, "fp sequential");
     return IM_OK;
 }
 
