@@ -271,12 +271,17 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_key(&b, "type"); json_buf_str(&b, "eval");
     json_buf_key(&b, "step"); json_buf_int(&b, t->step);
     json_buf_key(&b, "len"); json_buf_int(&b, r->len);
+    if (r->len_min != r->len_max) { /* a range of lengths (the formal tasks' "val" split) */
+        json_buf_key(&b, "len_min"); json_buf_int(&b, r->len_min);
+        json_buf_key(&b, "len_max"); json_buf_int(&b, r->len_max);
+    }
     if (r->p >= 0) { json_buf_key(&b, "p"); json_buf_num(&b, r->p); }
     json_buf_key(&b, "samples"); json_buf_int(&b, r->samples);
     json_buf_key(&b, "loss"); json_buf_num(&b, r->loss);
     json_buf_key(&b, "tok_acc"); json_buf_num(&b, r->tok_acc);
     json_buf_key(&b, "last10_acc"); json_buf_num(&b, r->last10_acc);
     json_buf_key(&b, "seq_acc"); json_buf_num(&b, r->seq_acc);
+    if (r->chance > 0) { json_buf_key(&b, "scaled_acc"); json_buf_num(&b, r->scaled_acc); }
     json_buf_key(&b, "seconds"); json_buf_num(&b, r->seconds);
     json_buf_key(&b, "mode"); json_buf_str(&b, eval_mode_name(r->mode));
     if (r->max_iter > 0) {
