@@ -33,6 +33,7 @@
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
+    X(delta_fwd) X(delta_bwd) X(delta_step) \
     X(adamw) X(sumsq) X(axpby)
 
 /* ---- threads -------------------------------------------------------------------------------- */
@@ -263,6 +264,38 @@ void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *
                      const float *c_prev, const float *c, int B, int Hd);
 void k_lstm_cell_bwd_ref(float *dpre, float *dc_prev, const float *dh, const float *dc,
                          const float *act, const float *c_prev, const float *c, int B, int Hd);
+
+/* ---- delta rule: DeltaNet / Gated DeltaNet / DeltaProduct (spec fp-rnn §5.4, §5.5) ---------
+ * Per batch b and head h, state S:(K,V), S = 0 before token 0. Token t:
+ *   S <- exp(g_t) S                                          (no gate when g == NULL)
+ *   for j = 0..nh-1:  S <- S + beta_{t,j} k_{t,j} (v_{t,j} - S^T k_{t,j})^T
+ *                       (= (I - beta k k^T) S + beta k v^T: nh Householder-like steps)
+ *   o_t = S^T q_t     (read after the last sub-step)
+ * Inputs are already projected and normalised by the layer (q, k L2-normalised, q scaled).
+ * q:(B,T,H,K)  k:(B,T,nh,H,K)  v:(B,T,nh,H,V)  beta:(B,T,nh,H)  g:(B,T,H)|NULL (log decay)
+ * o:(B,T,H,V) written;  S_out:(B,H,K,V)|NULL receives the state after the last token. */
+void k_delta_fwd(float *o, float *S_out, const float *q, const float *k, const float *v,
+                 const float *beta, const float *g, int B, int T, int H, int nh, int K, int V);
+void k_delta_fwd_ref(float *o, float *S_out, const float *q, const float *k, const float *v,
+                     const float *beta, const float *g, int B, int T, int H, int nh, int K, int V);
+/* Backward of k_delta_fwd's o given dout:(B,T,H,V): accumulates dq, dk, dv, dbeta, dg (shapes
+ * of q, k, v, beta, g; any may be NULL; dg is ignored when g == NULL). Nothing is saved between
+ * fwd and bwd: the states are recomputed (fast version: checkpoints in scratch). */
+void k_delta_bwd(float *dq, float *dk, float *dv, float *dbeta, float *dg, const float *dout,
+                 const float *q, const float *k, const float *v, const float *beta, const float *g,
+                 int B, int T, int H, int nh, int K, int V);
+void k_delta_bwd_ref(float *dq, float *dk, float *dv, float *dbeta, float *dg, const float *dout,
+                     const float *q, const float *k, const float *v, const float *beta,
+                     const float *g, int B, int T, int H, int nh, int K, int V);
+/* One token from S_in:(B,H,K,V): q:(B,H,K) k:(B,nh,H,K) v:(B,nh,H,V) beta:(B,nh,H) g:(B,H)|NULL;
+ * o:(B,H,V) written; S_out:(B,H,K,V)|NULL receives the new state (NULL = do not commit; may
+ * equal S_in). */
+void k_delta_step(float *o, float *S_out, const float *S_in, const float *q, const float *k,
+                  const float *v, const float *beta, const float *g, int B, int H, int nh, int K,
+                  int V);
+void k_delta_step_ref(float *o, float *S_out, const float *S_in, const float *q, const float *k,
+                      const float *v, const float *beta, const float *g, int B, int H, int nh,
+                      int K, int V);
 
 /* ---- optimisation --------------------------------------------------------------------------- */
 /* AdamW (decoupled decay, PyTorch semantics), step t >= 1 (bias correction uses t):
