@@ -599,3 +599,59 @@ def main(args):
 
 if __name__ == "__main__":
     main(ARGS)
+
+
+# ---------------------------------------------------------------------------------------------
+# FP-Mamba-H training step (bench/bench_fp.c has the same cases): the torch FP-Mamba LM of
+# tests/ref/gen_fp_mamba.py in float32 (Householder r=1, concat h-dep, no conv, 1 layer, d_state 16,
+# expand 2), V 67 (padded to 72), B 64, T 17. Threshold 0: every solve runs exactly l_max = 16 no-grad
+# f evaluations, as bench_fp.c (threshold 1e-30), then 1 graded step, tied head + CE, backward, AdamW.
+#   fp_h64 / fp_h512: d_model 64 / 512 -> step_tok_s, iters (mean no-grad evaluations per step, layer)
+# Runs with the default case list or when named in --cases.
+# ---------------------------------------------------------------------------------------------
+
+FP_CASES = {"fp_h64": (64, 5, 2), "fp_h512": (512, 3, 1)}   # d_model, timed repeats, with --quick
+
+
+def run_fp_cases(args):
+    names = [n for n in FP_CASES if n in args.cases.split(",") or args.cases == parse_args([]).cases]
+    if not names:
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+    import gen_fp_mamba as gfp
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    tail = f"threads={torch.get_num_threads()} blas={active_blas()} blas_threads={BLAS_THREADS} torch={torch.__version__}"
+    Bsz, T, V, l_max = 64, 17, 67, 16
+    for name in names:
+        D, rep, qrep = FP_CASES[name]
+        repeats = qrep if args.quick else rep
+        c = gfp.full_cfg(dict(vocab=V, pad=8, d_model=D, d_state=16, dt_rank=-(-D // 16), batch=Bsz, seq_len=T,
+                              n_layer=1, mixer_type="householder", mixer_rank=1, conv=0, glu_in_loop=0, n_back=1,
+                              max_iter=l_max, thr=0.0, alpha_bias=0.0))
+        p = {k: v.float().requires_grad_(True) for k, v in gfp.init_params(c).items()}
+        leaves = list(p.values())
+        opt = torch.optim.AdamW(leaves, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        ids = torch.randint(0, V, (Bsz, T))
+        tgt = torch.randint(0, V, (Bsz, T))
+        iters = []
+
+        def step():
+            rec = []
+            logits = gfp.model_fwd(p, ids, c, "train", rec)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            iters.append(sum(r[0] for r in rec) / len(rec))
+
+        s = imp_time(step, 1, repeats)
+        it = sum(iters[1:]) / len(iters[1:])
+        nparams = sum(v.numel() for v in leaves)
+        print(f"torch {name} step_tok_s={Bsz * T / s:.1f} ms={s * 1e3:.1f} iters={it:.1f} l_max={l_max} "
+              f"f_evals={l_max}+1 B={Bsz} T={T} D={D} params={nparams} repeats={repeats} {tail}", flush=True)
+
+
+if __name__ == "__main__":
+    run_fp_cases(ARGS)

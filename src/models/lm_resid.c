@@ -24,7 +24,7 @@
 #include "lm_common.h"
 
 /* The mixer kinds, looked up by cfg.model. */
-static const LmMixerKind *const KINDS[] = {&lm_mixer_mamba1, &lm_mixer_fp_mamba};
+static const LmMixerKind *const KINDS[] = {&lm_mixer_mamba1, &lm_mixer_fp_mamba, &lm_mixer_fp_mamba2, &lm_mixer_fp_rnn};
 
 typedef struct {
     const LmMixerKind *kind;
@@ -245,6 +245,8 @@ void lm_resid_free(Model *m) {
 
 const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1");
 const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba");
+const ModelType model_fp_mamba2_lm = LM_RESID_TYPE("fp_mamba2");
+const ModelType model_fp_rnn_lm = LM_RESID_TYPE("fp_rnn");
 
 /* ==== mixer kind "mamba1" (layers/mamba1.h) ======================================================
  * X(member, name suffix, init, a, b, decay, ndim, d0, d1, d2) with D, E, N, R, W, K from the

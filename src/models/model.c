@@ -8,13 +8,13 @@
 #include "../core/check.h"
 
 extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm, model_implicit_mamba2, model_implicit_llama;
-extern const ModelType model_mamba1_lm, model_fp_mamba_lm;
+extern const ModelType model_mamba1_lm, model_fp_mamba_lm, model_fp_mamba2_lm, model_fp_rnn_lm;
 extern const ModelType model_deltanet_lm, model_gated_deltanet_lm;
 
 /* The registry: one entry per family, in the order `implicit --help` lists them. */
 static const ModelType *const MODELS[] = {&model_mamba2_lm, &model_llama_lm, &model_lstm_lm, &model_implicit_mamba2,
                                            &model_implicit_llama, &model_mamba1_lm, &model_fp_mamba_lm,
-                                           &model_deltanet_lm, &model_gated_deltanet_lm};
+                                           &model_fp_mamba2_lm, &model_fp_rnn_lm, &model_deltanet_lm, &model_gated_deltanet_lm};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 const ModelType *model_type_find(const char *name) {

@@ -12,4 +12,6 @@ for g in gen_mamba2.py gen_llama.py gen_lstm.py gen_implicit.py; do
     echo "== $g"
     "$PYTHON" "$g"
 done
+echo "== gen_fp_mamba.py"
+"$PYTHON" gen_fp_mamba.py
 sha256sum ./*.safetensors

@@ -1,0 +1,677 @@
+/* fp_rnn.c: the vector FP-RNN layer (see fp_rnn.h). The diagonal scan h_t = a_t ⊙ h_{t−1} + u_t
+ * is O(B·T·E), negligible next to the projections, so it stays a plain loop here (spec §3.5 gives
+ * its backward); everything else goes through the kernels and the mixer. */
+#include "fp_rnn.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../kernels/kernels.h"
+
+int fp_rnn_cfg_init(FpRnnCfg *c, int D, int expand, int W, int conv, int h_dep, int symm, int n_back, float eps,
+                    const char *mixer_type, int rank, const char *ac, int proj_rank, const char *kron_norm) {
+    memset(c, 0, sizeof *c);
+    if (!conv)
+        return err_set(IM_EINVAL, "config key 'short_conv': fp_rnn needs its short convs (use 1 or -1); the "
+                       "reference block without them crashes (spec fp-rnn §9 item 5)");
+    if (D < 1 || expand < 1 || W < 1)
+        return err_set(IM_EINVAL, "fp_rnn: sizes must be >= 1 (d_model %d, expand %d, d_conv %d)", D, expand, W);
+    if (n_back < 1 || n_back > FP_MAX_BACK)
+        return err_set(IM_EINVAL, "config key 'fp_n_backwards': %d must be in 1..%d", n_back, FP_MAX_BACK);
+    *c = (FpRnnCfg){.D = D, .E = expand * D, .W = W, .h_dep = h_dep, .symm = symm, .n_back = n_back, .eps = eps};
+    c->dp = h_dep && !symm ? 2 * c->E : c->E;
+    return mixer_cfg_init(&c->mix, mixer_type, c->E, c->dp, rank, ac, proj_rank, kron_norm, eps);
+}
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+
+static void add(ParamTable *t, const char *prefix, const char *suffix, InitRule init, float a, int decay, int nd,
+                int d0, int d1, int d2) {
+    char name[PARAM_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    if (nd == 1) ptab_add(t, name, init, a, 0, decay, 1, d0);
+    else if (nd == 2) ptab_add(t, name, init, a, 0, decay, 2, d0, d1);
+    else ptab_add(t, name, init, a, 0, decay, 3, d0, d1, d2);
+}
+
+static void add_conv(ParamTable *t, const char *prefix, const char *name, int ch, int W) {
+    char s[64];
+    float a = 1 / sqrtf((float)W); /* PyTorch Conv1d default, fan_in = W (depthwise) */
+    snprintf(s, sizeof s, "%s.weight", name);
+    add(t, prefix, s, INIT_UNIFORM, a, 1, 3, ch, 1, W);
+    snprintf(s, sizeof s, "%s.bias", name);
+    add(t, prefix, s, INIT_UNIFORM, a, 0, 1, ch, 0, 0);
+}
+
+void fp_rnn_add_params(const FpRnnCfg *c, ParamTable *t, const char *prefix, float out_scale) {
+    int D = c->D, E = c->E, W = c->W;
+    float aE = 1 / sqrtf((float)E);
+    add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 1, 2, 2 * E, D, 0);
+    add_conv(t, prefix, "x_conv", E, W);
+    add_conv(t, prefix, "b_conv", E, W);
+    add_conv(t, prefix, "lam_conv", E, W);
+    add_conv(t, prefix, "mix_conv", E, W);
+    add_conv(t, prefix, "c_conv", 2 * E, W);
+    add(t, prefix, "lam_proj.weight", INIT_UNIFORM, aE, 1, 2, E, E, 0);
+    add(t, prefix, "lam_proj.bias", INIT_ZERO, 0, 0, 1, E, 0, 0);
+    add(t, prefix, "b_proj.weight", INIT_UNIFORM, aE, 1, 2, E, E, 0);
+    add(t, prefix, "c_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)(2 * E)), 1, 2, E, 2 * E, 0);
+    char mp[PARAM_NAME_LEN];
+    snprintf(mp, sizeof mp, "%s.mixer", prefix);
+    mixer_add_params(&c->mix, t, mp);
+    add(t, prefix, "norm.weight", INIT_ONE, 0, 0, 1, E, 0, 0);
+    add(t, prefix, "o_proj.weight", INIT_UNIFORM, out_scale * aE, 1, 2, D, E, 0);
+}
+
+size_t fp_rnn_eff_floats(const FpRnnCfg *c) { return mixer_eff_floats(&c->mix) + 16; }
+
+static float *find(const ParamTable *t, float *block, const char *prefix, const char *suffix) {
+    char name[PARAM_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    const ParamInfo *p = ptab_find(t, name);
+    CHECK(p, "fp_rnn tensor '%s' missing", name);
+    return block + p->offset;
+}
+
+void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block, const char *prefix, float *eff) {
+    memset(w, 0, sizeof *w);
+    w->in_proj = find(t, block, prefix, "in_proj.weight");
+    w->cx_w = find(t, block, prefix, "x_conv.weight");
+    w->cx_b = find(t, block, prefix, "x_conv.bias");
+    w->cb_w = find(t, block, prefix, "b_conv.weight");
+    w->cb_b = find(t, block, prefix, "b_conv.bias");
+    w->cl_w = find(t, block, prefix, "lam_conv.weight");
+    w->cl_b = find(t, block, prefix, "lam_conv.bias");
+    w->cm_w = find(t, block, prefix, "mix_conv.weight");
+    w->cm_b = find(t, block, prefix, "mix_conv.bias");
+    w->cc_w = find(t, block, prefix, "c_conv.weight");
+    w->cc_b = find(t, block, prefix, "c_conv.bias");
+    w->lam_w = find(t, block, prefix, "lam_proj.weight");
+    w->lam_b = find(t, block, prefix, "lam_proj.bias");
+    w->b_w = find(t, block, prefix, "b_proj.weight");
+    w->c_w = find(t, block, prefix, "c_proj.weight");
+    w->norm_w = find(t, block, prefix, "norm.weight");
+    w->o_proj = find(t, block, prefix, "o_proj.weight");
+    char mp[PARAM_NAME_LEN];
+    snprintf(mp, sizeof mp, "%s.mixer", prefix);
+    w->mixer = calloc(1, sizeof *w->mixer);
+    CHECK(w->mixer, "out of memory");
+    mixer_bind(&c->mix, w->mixer, t, block, mp, eff);
+}
+
+void fp_rnn_unbind(FpRnnW *w) {
+    free(w->mixer);
+    w->mixer = NULL;
+}
+
+void fp_rnn_post_init(const FpRnnCfg *c, FpRnnW *w) { mixer_post_init(&c->mix, w->mixer); }
+void fp_rnn_refresh(const FpRnnCfg *c, FpRnnW *w) { mixer_refresh(&c->mix, w->mixer); }
+void fp_rnn_wn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw) { mixer_wn_bwd(&c->mix, w->mixer, dw->mixer); }
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    float *base;
+    size_t used;
+} Carve;
+
+static float *take(Carve *k, size_t n) {
+    float *p = k->base ? k->base + k->used : NULL;
+    k->used += (n + 15) & ~(size_t)15; /* 64-byte aligned pieces */
+    return p;
+}
+
+static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Buffers of one application of f over M tokens. */
+typedef struct {
+    float *hin;     /* (M,E) input iterate (graded steps keep it) */
+    float *s;       /* (M,E) shift(hin) */
+    float *p;       /* (M,dp) mixer input */
+    float *v;       /* (M,E) bx − hin */
+    float *mcache;  /* mixer cache | NULL */
+    float *xt;      /* (M,E) x̃ */
+    float *h;       /* (M,E) output of the scan */
+} StepBufs;
+
+static void carve_step(const FpRnnCfg *c, Carve *k, StepBufs *s, int M, int with_cache) {
+    size_t ME = (size_t)M * c->E;
+    s->hin = with_cache ? take(k, ME) : NULL;
+    s->s = take(k, ME);
+    s->p = take(k, (size_t)M * c->dp);
+    s->v = take(k, ME);
+    s->mcache = with_cache ? take(k, mixer_cache_floats(&c->mix, M)) : NULL;
+    s->xt = take(k, ME);
+    s->h = take(k, ME);
+}
+
+/* The four input branches: pre = conv output, act = silu(pre). */
+enum { BR_X, BR_B, BR_L, BR_M, N_BR };
+
+typedef struct {
+    float *xpre, *z;               /* (M,E) pre-conv x, gate */
+    float *pre[N_BR], *act[N_BR];  /* (M,E) conv outputs and their silu: x, x^b, x^λ, x^m */
+    float *bpre, *bg;              /* (M,E) W_b x^b, b = silu(bpre) */
+    float *lam, *bx;               /* (M,E) λ, b ⊙ x */
+    StepBufs step[FP_MAX_BACK];
+    float *cin, *ccpre, *cc;       /* (M,2E) [x ; h], conv_c output, its silu */
+    float *cpre, *cg, *yv;         /* (M,E) W_c cc, c = silu(cpre), c ⊙ h */
+    float *rstd;                   /* (M) */
+    float *nrm;                    /* (M,E) RMSNorm(silu(z) ⊙ yv) · w */
+} FwdCache;
+
+static void carve_cache(const FpRnnCfg *c, Carve *k, FwdCache *f, int M, int n_back) {
+    size_t ME = (size_t)M * c->E;
+    f->xpre = take(k, ME);
+    f->z = take(k, ME);
+    for (int i = 0; i < N_BR; i++) {
+        f->pre[i] = take(k, ME);
+        f->act[i] = take(k, ME);
+    }
+    f->bpre = take(k, ME);
+    f->bg = take(k, ME);
+    f->lam = take(k, ME);
+    f->bx = take(k, ME);
+    for (int i = 0; i < n_back; i++) carve_step(c, k, &f->step[i], M, 1);
+    f->cin = take(k, 2 * ME);
+    f->ccpre = take(k, 2 * ME);
+    f->cc = take(k, 2 * ME);
+    f->cpre = take(k, ME);
+    f->cg = take(k, ME);
+    f->yv = take(k, ME);
+    f->rstd = take(k, (size_t)M);
+    f->nrm = take(k, ME);
+}
+
+typedef struct {
+    StepBufs ng;
+    float *Y, *solver, *mscratch;
+    FwdCache pre; /* prepare/output buffers when no cache is given */
+} FwdScratch;
+
+static void carve_fwd_scratch(const FpRnnCfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
+    int M = B * T;
+    carve_step(c, k, &s->ng, M, 0);
+    s->Y = take(k, (size_t)M * c->E);
+    s->solver = take(k, fpo_scratch_floats((size_t)M * c->E, B));
+    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    if (with_pre) carve_cache(c, k, &s->pre, M, 0);
+}
+
+typedef struct {
+    float *dh, *dhprev, *gs, *dxt, *dv, *dp, *ds, *dlam, *dbx, *dxm, *dx, *dz, *dxpre, *dnrm, *dyv, *dt1, *dt2,
+        *dcc, *dcin, *mscratch;
+} BwdScratch;
+
+static void carve_bwd_scratch(const FpRnnCfg *c, Carve *k, BwdScratch *s, int M) {
+    size_t ME = (size_t)M * c->E;
+    s->dh = take(k, ME);
+    s->dhprev = take(k, ME);
+    s->gs = take(k, ME);
+    s->dxt = take(k, ME);
+    s->dv = take(k, ME);
+    s->dp = take(k, (size_t)M * c->dp);
+    s->ds = take(k, ME);
+    s->dlam = take(k, ME);
+    s->dbx = take(k, ME);
+    s->dxm = take(k, ME);
+    s->dx = take(k, ME);
+    s->dz = take(k, ME);
+    s->dxpre = take(k, ME);
+    s->dnrm = take(k, ME);
+    s->dyv = take(k, ME);
+    s->dt1 = take(k, 2 * ME);
+    s->dt2 = take(k, ME);
+    s->dcc = take(k, 2 * ME);
+    s->dcin = take(k, 2 * ME);
+    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+}
+
+size_t fp_rnn_cache_floats(const FpRnnCfg *c, int B, int T) {
+    Carve k = {0};
+    FwdCache f;
+    carve_cache(c, &k, &f, B * T, c->n_back);
+    return k.used + 16;
+}
+
+size_t fp_rnn_scratch_floats(const FpRnnCfg *c, int B, int T) {
+    Carve k = {0}, kb = {0};
+    FwdScratch s;
+    BwdScratch b;
+    carve_fwd_scratch(c, &k, &s, B, T, 1);
+    carve_bwd_scratch(c, &kb, &b, B * T);
+    return (k.used > kb.used ? k.used : kb.used) + 16;
+}
+
+/* ---- small pieces ----------------------------------------------------------------------------- */
+
+static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+static float silu(float v) { return v * sigm(v); }
+static float dsilu(float v) {
+    float s = sigm(v);
+    return s * (1.0f + v * (1.0f - s));
+}
+
+static void shift_fwd(float *dst, const float *src, int B, int T, int E) {
+    for (int b = 0; b < B; b++) {
+        float *d = dst + (size_t)b * T * E;
+        const float *s = src + (size_t)b * T * E;
+        memset(d, 0, (size_t)E * sizeof(float));
+        if (T > 1) memcpy(d + E, s, (size_t)(T - 1) * E * sizeof(float));
+    }
+}
+
+static void shift_bwd(float *dsrc, const float *ddst, int B, int T, int E) {
+    for (int b = 0; b < B; b++)
+        k_axpby(dsrc + (size_t)b * T * E, 1.0f, ddst + ((size_t)b * T + 1) * E, 1.0f, (size_t)(T - 1) * E);
+}
+
+static void make_p(const FpRnnCfg *c, float *p, const float *xm, const float *s, int M) {
+    int E = c->E;
+    for (int m = 0; m < M; m++) {
+        const float *xr = xm + (size_t)m * E, *sr = s + (size_t)m * E;
+        float *pr = p + (size_t)m * c->dp;
+        memcpy(pr, xr, (size_t)E * sizeof(float));
+        if (c->h_dep && c->symm)
+            for (int i = 0; i < E; i++) pr[i] += sr[i];
+        else if (c->h_dep)
+            memcpy(pr + E, sr, (size_t)E * sizeof(float));
+    }
+}
+
+/* Diagonal scan h_t = a_t ⊙ h_{t−1} + (1 − a_t) ⊙ x_t from h_0 = 0.  a, x, h:(B,T,E). */
+static void dscan_fwd(float *h, const float *a, const float *x, int B, int T, int E) {
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < E; i++) {
+            float acc = 0;
+            for (int t = 0; t < T; t++) {
+                size_t o = ((size_t)b * T + t) * E + i;
+                acc = a[o] * acc + (1.0f - a[o]) * x[o];
+                h[o] = acc;
+            }
+        }
+}
+
+/* Backward of dscan_fwd given the direct gradient dh (spec §3.5): g_t = dh_t + a_{t+1} g_{t+1};
+ * dx_t = g_t (1 − a_t) (written); da_t += g_t (h_{t−1} − x_t). */
+static void dscan_bwd(float *dx, float *da, const float *dh, const float *a, const float *x, const float *h, int B,
+                      int T, int E) {
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < E; i++) {
+            float g = 0;
+            for (int t = T - 1; t >= 0; t--) {
+                size_t o = ((size_t)b * T + t) * E + i;
+                g = dh[o] + (t + 1 < T ? a[o + E] * g : 0.0f);
+                float hp = t > 0 ? h[o - E] : 0.0f;
+                dx[o] = g * (1.0f - a[o]);
+                da[o] += g * (hp - x[o]);
+            }
+        }
+}
+
+/* The prepare part: in_proj, the four branch convs, b, λ, bx. */
+static void prepare(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, const float *u, int B, int T) {
+    int M = B * T, E = c->E, D = c->D;
+    size_t ME = (size_t)M * E;
+    k_linear_fwd(f->xpre, u, w->in_proj, NULL, M, D, E);
+    k_linear_fwd(f->z, u, w->in_proj + (size_t)E * D, NULL, M, D, E);
+    const float *cw[N_BR] = {w->cx_w, w->cb_w, w->cl_w, w->cm_w}, *cb[N_BR] = {w->cx_b, w->cb_b, w->cl_b, w->cm_b};
+    for (int i = 0; i < N_BR; i++) {
+        k_conv1d_fwd(f->pre[i], f->xpre, cw[i], cb[i], B, T, E, c->W);
+        k_silu_fwd(f->act[i], f->pre[i], ME);
+    }
+    k_linear_fwd(f->bpre, f->act[BR_B], w->b_w, NULL, M, E, E);
+    k_silu_fwd(f->bg, f->bpre, ME);
+    k_linear_fwd(f->lam, f->act[BR_L], w->lam_w, w->lam_b, M, E, E);
+    for (size_t i = 0; i < ME; i++) {
+        f->lam[i] = sigm(f->lam[i]);
+        f->bx[i] = f->bg[i] * f->act[BR_X][i];
+    }
+}
+
+/* One application of f on hin (B,T): fills s and s->h. s->mcache NULL = no-grad. */
+static void step_fwd(const FpRnnCfg *c, const FpRnnW *w, const FwdCache *f, StepBufs *s, const float *hin,
+                     float *mscratch, int B, int T) {
+    int M = B * T;
+    size_t ME = (size_t)M * c->E;
+    if (s->hin && s->hin != hin) memcpy(s->hin, hin, ME * sizeof(float));
+    shift_fwd(s->s, hin, B, T, c->E);
+    make_p(c, s->p, f->act[BR_M], s->s, M);
+    for (size_t i = 0; i < ME; i++) s->v[i] = f->bx[i] - hin[i];
+    mixer_fwd(&c->mix, w->mixer, s->xt, s->p, s->v, M, s->mcache, mscratch);
+    k_axpby(s->xt, 1.0f, hin, 1.0f, ME);
+    dscan_fwd(s->h, f->lam, s->xt, B, T, c->E);
+}
+
+/* Backward of one graded step given dh on its output: dlam, dbx, dxm accumulate; when
+ * dhprev != NULL, the gradient with respect to the step's input is added there. */
+static void step_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, const FwdCache *f, const StepBufs *s,
+                     BwdScratch *g, const float *dh, float *dhprev, int B, int T) {
+    int M = B * T, E = c->E;
+    size_t ME = (size_t)M * E;
+    dscan_bwd(g->dxt, g->dlam, dh, f->lam, s->xt, s->h, B, T, E);
+    memset(g->dv, 0, ME * sizeof(float));
+    memset(g->dp, 0, (size_t)M * c->dp * sizeof(float));
+    mixer_bwd(&c->mix, w->mixer, dw->mixer, g->dp, g->dv, g->dxt, s->p, s->v, M, s->mcache, g->mscratch);
+    k_axpby(g->dbx, 1.0f, g->dv, 1.0f, ME);
+    memset(g->ds, 0, ME * sizeof(float));
+    for (int m = 0; m < M; m++) {
+        const float *pm = g->dp + (size_t)m * c->dp;
+        float *xm = g->dxm + (size_t)m * E, *sm = g->ds + (size_t)m * E;
+        for (int i = 0; i < E; i++) xm[i] += pm[i];
+        if (c->h_dep && dhprev)
+            for (int i = 0; i < E; i++) sm[i] += c->symm ? pm[i] : pm[E + i];
+    }
+    if (dhprev) {
+        k_axpby(dhprev, 1.0f, g->dxt, 1.0f, ME);
+        k_axpby(dhprev, -1.0f, g->dv, 1.0f, ME);
+        shift_bwd(dhprev, g->ds, B, T, E);
+    }
+}
+
+/* c = silu(W_c silu(conv_c([x ; h]))); out = W_out RMSNorm(silu(z) ⊙ c ⊙ h) */
+static void output_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, float *out, const float *h, int B, int T,
+                       int keep_rstd) {
+    int M = B * T, E = c->E;
+    size_t ME = (size_t)M * E;
+    for (int m = 0; m < M; m++) {
+        memcpy(f->cin + (size_t)m * 2 * E, f->act[BR_X] + (size_t)m * E, (size_t)E * sizeof(float));
+        memcpy(f->cin + (size_t)m * 2 * E + E, h + (size_t)m * E, (size_t)E * sizeof(float));
+    }
+    k_conv1d_fwd(f->ccpre, f->cin, w->cc_w, w->cc_b, B, T, 2 * E, c->W);
+    k_silu_fwd(f->cc, f->ccpre, 2 * ME);
+    k_linear_fwd(f->cpre, f->cc, w->c_w, NULL, M, 2 * E, E);
+    for (size_t i = 0; i < ME; i++) {
+        f->cg[i] = silu(f->cpre[i]);
+        f->yv[i] = f->cg[i] * h[i];
+    }
+    k_gated_rmsnorm_fwd(f->nrm, keep_rstd ? f->rstd : NULL, f->yv, f->z, w->norm_w, M, E, c->eps);
+    k_linear_fwd(out, f->nrm, w->o_proj, NULL, M, E, c->D);
+}
+
+/* ---- forward / backward ------------------------------------------------------------------------ */
+
+typedef struct {
+    const FpRnnCfg *c;
+    const FpRnnW *w;
+    const FwdCache *f;
+    StepBufs *ng;
+    float *mscratch;
+    int B, T;
+} SolveCtx;
+
+static void solve_f(void *ctx, float *out, const float *h) {
+    SolveCtx *s = ctx;
+    float *keep = s->ng->h;
+    s->ng->h = out;
+    step_fwd(s->c, s->w, s->f, s->ng, h, s->mscratch, s->B, s->T);
+    s->ng->h = keep;
+}
+
+static int graded_and_output(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, FwdScratch *sc, float *out,
+                             int with_cache, int B, int T) {
+    size_t ME = (size_t)B * T * c->E;
+    const float *h = sc->Y;
+    for (int k = 0; k < c->n_back; k++) {
+        if (with_cache) {
+            step_fwd(c, w, f, &f->step[k], h, sc->mscratch, B, T);
+            h = f->step[k].h;
+        } else {
+            step_fwd(c, w, f, &sc->ng, h, sc->mscratch, B, T);
+            memcpy(sc->Y, sc->ng.h, ME * sizeof(float));
+        }
+    }
+    output_fwd(c, w, f, out, h, B, T, with_cache);
+    for (size_t i = 0; i < (size_t)B * T * c->D; i++)
+        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_rnn: non-finite output");
+    return IM_OK;
+}
+
+static FwdCache *begin_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdScratch *sc, FwdCache *fc, const float *u,
+                           float *cache, float *scratch, int B, int T) {
+    Carve ks = {align64(scratch), 0};
+    carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
+    FwdCache *f = &sc->pre;
+    if (cache) {
+        Carve kc = {align64(cache), 0};
+        carve_cache(c, &kc, fc, B * T, c->n_back);
+        f = fc;
+    }
+    prepare(c, w, f, u, B, T);
+    return f;
+}
+
+static int solve(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, FwdScratch *sc, const FpoOpts *opts,
+                 FpMambaStats *st, int B, int T) {
+    size_t ME = (size_t)B * T * c->E;
+    memset(sc->Y, 0, ME * sizeof(float));
+    SolveCtx sx = {c, w, f, &sc->ng, sc->mscratch, B, T};
+    FpMap map = {.ctx = &sx, .n = ME, .nb = B, .f = solve_f};
+    FpoStats fs = {0};
+    int rc = fpo_solve(&map, (size_t)c->E, sc->Y, opts, &fs, sc->solver);
+    if (st) *st = (FpMambaStats){fs.iters, 0, fs.converged, fs.best_max};
+    return rc;
+}
+
+int fp_rnn_fwd(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const FpoOpts *opts,
+               FpMambaStats *st, float *cache, float *scratch, int B, int T) {
+    FwdScratch sc;
+    FwdCache fc;
+    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
+    int rc = solve(c, w, f, &sc, opts, st, B, T);
+    return rc ? rc : graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
+}
+
+int fp_rnn_solve(const FpRnnCfg *c, const FpRnnW *w, float *hstar, const float *u, const FpoOpts *opts,
+                 FpMambaStats *st, float *scratch, int B, int T) {
+    FwdScratch sc;
+    FwdCache fc;
+    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, NULL, scratch, B, T);
+    int rc = solve(c, w, f, &sc, opts, st, B, T);
+    memcpy(hstar, sc.Y, (size_t)B * T * c->E * sizeof(float));
+    return rc;
+}
+
+int fp_rnn_fwd_at(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const float *hstar, float *cache,
+                  float *scratch, int B, int T) {
+    FwdScratch sc;
+    FwdCache fc;
+    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
+    memcpy(sc.Y, hstar, (size_t)B * T * c->E * sizeof(float));
+    return graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
+}
+
+/* dpre = dact ⊙ silu'(pre) (written) */
+static void silu_back(float *dpre, const float *dact, const float *pre, size_t n) {
+    for (size_t i = 0; i < n; i++) dpre[i] = dact[i] * dsilu(pre[i]);
+}
+
+void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const float *dout, const float *u,
+                const float *cache, float *scratch, int B, int T) {
+    int M = B * T, E = c->E, D = c->D, W = c->W;
+    size_t ME = (size_t)M * E;
+    Carve kc = {align64((float *)cache), 0};
+    FwdCache fc, *f = &fc;
+    carve_cache(c, &kc, &fc, M, c->n_back);
+    Carve ks = {align64(scratch), 0};
+    BwdScratch g;
+    carve_bwd_scratch(c, &ks, &g, M);
+    const float *h = f->step[c->n_back - 1].h;
+    memset(g.dz, 0, ME * sizeof(float));
+    memset(g.dx, 0, ME * sizeof(float));
+    memset(g.dlam, 0, ME * sizeof(float));
+    memset(g.dbx, 0, ME * sizeof(float));
+    memset(g.dxm, 0, ME * sizeof(float));
+    memset(g.dh, 0, ME * sizeof(float));
+    /* output: W_out, gated RMSNorm, c ⊙ h, W_c, conv_c over [x ; h] */
+    memset(g.dnrm, 0, ME * sizeof(float));
+    k_linear_bwd(g.dnrm, dw->o_proj, NULL, dout, f->nrm, w->o_proj, M, E, D);
+    memset(g.dyv, 0, ME * sizeof(float));
+    k_gated_rmsnorm_bwd(g.dyv, g.dz, dw->norm_w, g.dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
+    for (size_t i = 0; i < ME; i++) {
+        g.dh[i] += g.dyv[i] * f->cg[i];
+        g.dt2[i] = g.dyv[i] * h[i] * dsilu(f->cpre[i]); /* d cpre */
+    }
+    memset(g.dcc, 0, 2 * ME * sizeof(float));
+    k_linear_bwd(g.dcc, dw->c_w, NULL, g.dt2, f->cc, w->c_w, M, 2 * E, E);
+    silu_back(g.dt1, g.dcc, f->ccpre, 2 * ME);
+    memset(g.dcin, 0, 2 * ME * sizeof(float));
+    k_conv1d_bwd(g.dcin, dw->cc_w, dw->cc_b, g.dt1, f->cin, w->cc_w, B, T, 2 * E, W);
+    for (int m = 0; m < M; m++) {
+        const float *r = g.dcin + (size_t)m * 2 * E;
+        float *dxr = g.dx + (size_t)m * E, *dhr = g.dh + (size_t)m * E;
+        for (int i = 0; i < E; i++) {
+            dxr[i] += r[i];
+            dhr[i] += r[E + i];
+        }
+    }
+    /* graded steps, last first; the first step's input h* is a constant */
+    for (int k = c->n_back - 1; k >= 0; k--) {
+        float *dprev = k > 0 ? g.dhprev : NULL;
+        if (dprev) memset(dprev, 0, ME * sizeof(float));
+        step_bwd(c, w, dw, f, &f->step[k], &g, g.dh, dprev, B, T);
+        if (dprev) memcpy(g.dh, dprev, ME * sizeof(float));
+    }
+    /* prepare: λ = σ(W_λ x^λ + b_λ), bx = silu(W_b x^b) ⊙ x, then the four branch convs */
+    float *dact[N_BR] = {g.dx, g.dt1, g.dt1 + ME, g.dxm}; /* dt1 (2ME) holds d x^b | d x^λ */
+    memset(g.dt1, 0, 2 * ME * sizeof(float));
+    for (size_t i = 0; i < ME; i++) {
+        float l = f->lam[i];
+        g.dlam[i] *= l * (1.0f - l);
+        g.dx[i] += g.dbx[i] * f->bg[i];
+        g.dt2[i] = g.dbx[i] * f->act[BR_X][i] * dsilu(f->bpre[i]); /* d bpre */
+    }
+    k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g.dlam, f->act[BR_L], w->lam_w, M, E, E);
+    k_linear_bwd(dact[BR_B], dw->b_w, NULL, g.dt2, f->act[BR_B], w->b_w, M, E, E);
+    float *cw[N_BR] = {w->cx_w, w->cb_w, w->cl_w, w->cm_w};
+    float *dcw[N_BR] = {dw->cx_w, dw->cb_w, dw->cl_w, dw->cm_w}, *dcb[N_BR] = {dw->cx_b, dw->cb_b, dw->cl_b, dw->cm_b};
+    memset(g.dxpre, 0, ME * sizeof(float));
+    for (int i = 0; i < N_BR; i++) {
+        silu_back(g.dnrm, dact[i], f->pre[i], ME); /* dnrm is free again */
+        k_conv1d_bwd(g.dxpre, dcw[i], dcb[i], g.dnrm, f->xpre, cw[i], B, T, E, W);
+    }
+    k_linear_bwd(du, dw->in_proj, NULL, g.dxpre, u, w->in_proj, M, D, E);
+    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, g.dz, u, w->in_proj + (size_t)E * D, M,
+                 D, E);
+}
+
+/* ---- sequential mode --------------------------------------------------------------------------- */
+
+typedef struct {
+    const FpRnnCfg *c;
+    const FpRnnW *w;
+    const float *lam, *bx, *hprev, *p;
+    float *v, *xt, *mscratch;
+    int B;
+} TokCtx;
+
+/* h' = λ ⊙ h_{t−1} + (1 − λ) ⊙ (Q(p)(bx − h) + h) for one token */
+static void tok_f(void *ctx, float *out, const float *h) {
+    TokCtx *t = ctx;
+    size_t BE = (size_t)t->B * t->c->E;
+    for (size_t i = 0; i < BE; i++) t->v[i] = t->bx[i] - h[i];
+    mixer_fwd(&t->c->mix, t->w->mixer, t->xt, t->p, t->v, t->B, NULL, t->mscratch);
+    for (size_t i = 0; i < BE; i++)
+        out[i] = t->lam[i] * t->hprev[i] + (1.0f - t->lam[i]) * (t->xt[i] + h[i]);
+}
+
+size_t fp_rnn_state_floats(const FpRnnCfg *c, int B) {
+    return (size_t)B * ((size_t)c->E * c->W + 2 * (size_t)c->E * c->W + c->E);
+}
+
+typedef struct {
+    float *xpre, *z, *act[N_BR], *bg, *lam, *bx, *s, *p, *v, *xt, *Y, *h, *cin, *cc, *cg, *yv, *nrm, *solver,
+        *mscratch;
+} TokBufs;
+
+static void carve_tok(const FpRnnCfg *c, Carve *k, TokBufs *t, int B) {
+    size_t BE = (size_t)B * c->E;
+    t->xpre = take(k, BE);
+    t->z = take(k, BE);
+    for (int i = 0; i < N_BR; i++) t->act[i] = take(k, BE);
+    t->bg = take(k, BE);
+    t->lam = take(k, BE);
+    t->bx = take(k, BE);
+    t->s = take(k, BE);
+    t->p = take(k, (size_t)B * c->dp);
+    t->v = take(k, BE);
+    t->xt = take(k, BE);
+    t->Y = take(k, BE);
+    t->h = take(k, BE);
+    t->cin = take(k, 2 * BE);
+    t->cc = take(k, 2 * BE);
+    t->cg = take(k, BE);
+    t->yv = take(k, BE);
+    t->nrm = take(k, BE);
+    t->solver = take(k, fpo_scratch_floats(BE, B));
+    t->mscratch = take(k, mixer_scratch_floats(&c->mix, B));
+}
+
+size_t fp_rnn_step_scratch_floats(const FpRnnCfg *c, int B) {
+    Carve k = {0};
+    TokBufs t;
+    carve_tok(c, &k, &t, B);
+    return k.used + 16;
+}
+
+int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, float *state, const FpoOpts *opts,
+                FpMambaStats *st, float *scratch, int B) {
+    int E = c->E, D = c->D, W = c->W;
+    size_t BE = (size_t)B * E;
+    Carve k = {align64(scratch), 0};
+    TokBufs t;
+    carve_tok(c, &k, &t, B);
+    float *xwin = state, *cwin = xwin + BE * W, *hprev = cwin + 2 * BE * W;
+    k_linear_fwd(t.xpre, u, w->in_proj, NULL, B, D, E);
+    k_linear_fwd(t.z, u, w->in_proj + (size_t)E * D, NULL, B, D, E);
+    /* the four convs read the same window: only the last call commits it */
+    const float *cw[N_BR] = {w->cb_w, w->cl_w, w->cm_w, w->cx_w}, *cb[N_BR] = {w->cb_b, w->cl_b, w->cm_b, w->cx_b};
+    float *dst[N_BR] = {t.act[BR_B], t.act[BR_L], t.act[BR_M], t.act[BR_X]};
+    for (int i = 0; i < N_BR; i++) {
+        k_conv1d_step(dst[i], i == N_BR - 1 ? xwin : NULL, xwin, t.xpre, cw[i], cb[i], B, E, W);
+        k_silu_fwd(dst[i], dst[i], BE);
+    }
+    k_linear_fwd(t.bg, t.act[BR_B], w->b_w, NULL, B, E, E);
+    k_silu_fwd(t.bg, t.bg, BE);
+    k_linear_fwd(t.lam, t.act[BR_L], w->lam_w, w->lam_b, B, E, E);
+    for (size_t i = 0; i < BE; i++) {
+        t.lam[i] = sigm(t.lam[i]);
+        t.bx[i] = t.bg[i] * t.act[BR_X][i];
+    }
+    /* s = h*_{t−1} is fixed during the token's iterations, and so is p */
+    make_p(c, t.p, t.act[BR_M], hprev, B);
+    TokCtx tc = {c, w, t.lam, t.bx, hprev, t.p, t.v, t.xt, t.mscratch, B};
+    FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
+    memset(t.Y, 0, BE * sizeof(float));
+    FpoStats fs = {0};
+    int rc = fpo_solve(&map, (size_t)E, t.Y, opts, &fs, t.solver);
+    if (st) {
+        st->iters += fs.iters;
+        st->tokens += 1;
+        st->converged = fs.converged;
+        if (fs.best_max > st->best_max) st->best_max = fs.best_max;
+    }
+    if (rc) return rc;
+    for (int kk = 0; kk < c->n_back; kk++) {
+        tok_f(&tc, t.h, t.Y);
+        memcpy(t.Y, t.h, BE * sizeof(float));
+    }
+    for (int b = 0; b < B; b++) {
+        memcpy(t.cin + (size_t)b * 2 * E, t.act[BR_X] + (size_t)b * E, (size_t)E * sizeof(float));
+        memcpy(t.cin + (size_t)b * 2 * E + E, t.h + (size_t)b * E, (size_t)E * sizeof(float));
+    }
+    k_conv1d_step(t.cc, cwin, cwin, t.cin, w->cc_w, w->cc_b, B, 2 * E, W);
+    k_silu_fwd(t.cc, t.cc, 2 * BE);
+    k_linear_fwd(t.cg, t.cc, w->c_w, NULL, B, 2 * E, E);
+    for (size_t i = 0; i < BE; i++) t.yv[i] = silu(t.cg[i]) * t.h[i];
+    k_gated_rmsnorm_fwd(t.nrm, NULL, t.yv, t.z, w->norm_w, B, E, c->eps);
+    k_linear_fwd(out, t.nrm, w->o_proj, NULL, B, E, D);
+    memcpy(hprev, t.h, BE * sizeof(float));
+    for (size_t i = 0; i < (size_t)B * D; i++)
+        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_rnn: non-finite output");
+    return IM_OK;
+}

@@ -1,0 +1,507 @@
+/* test_fp_rnn.c: the FPMamba2 layer (src/layers/fp_mamba2.h, spec fp-rnn §3.2) and the vector
+ * FP-RNN layer (src/layers/fp_rnn.h, §3.3), and their LMs "fp_mamba2" / "fp_rnn" (lm_fp2.c).
+ *
+ *  - the one-step gradient (Y* / h* held constant, n_backwards 1 and 2, and 3) by finite
+ *    differences and the directional test, over concat / symmetric / input-only mixer inputs,
+ *    conv on / off (FPMamba2), the gate inside / outside the loop, several mixers;
+ *  - spec §1.1 / §10, the key test: FPRNN without hidden-state dependence and with a contractive
+ *    Q converges to the explicit dense recurrence
+ *        (Λ_t + (I − Λ_t) Q_t) h_t = Λ_t h_{t−1} + (I − Λ_t) Q_t (b_t ⊙ x_t),
+ *    solved per token in double here, with λ, b ⊙ x and the mixer input recomputed independently
+ *    from the weights and Q_t from mixer_matrix;
+ *  - sequential mode (token by token) equals the parallel fixed point on contractive maps;
+ *  - bit-identical forward and gradients at 1 and 2 threads;
+ *  - the LMs: step == parallel logits, ~30 AdamW steps decrease the loss on a toy task,
+ *    checkpoint round trip, config errors (fp_rnn short_conv 0, bad headdim).
+ */
+#include "th.h"
+#include "gradcheck.h"
+#include "../src/kernels/kernels.h"
+#include "../src/layers/fp_mamba2.h"
+#include "../src/layers/fp_rnn.h"
+#include "../src/models/ckpt.h"
+#include "../src/models/model.h"
+#include "../src/train/optim.h"
+
+#define DM 6 /* d_model of the layer tests */
+
+/* ---- one case of either layer ------------------------------------------------------------------ */
+
+typedef struct {
+    int rnn; /* 0 = FPMamba2, 1 = FPRNN */
+    FpMamba2Cfg c2;
+    FpRnnCfg cr;
+    FpMamba2W w2, dw2;
+    FpRnnW wr, dwr;
+    ParamTable t;
+    float *theta, *dtheta, *eff, *deff;
+    size_t neff;
+    int B, T, E;
+    float *u, *du, *ystar, *R, *out, *cache, *scratch;
+} Case;
+
+typedef struct {
+    const char *mixer;
+    int rank, h_dep, symm, conv, glu, n_back;
+    const char *kron_norm;
+} Opt;
+
+static void refresh(Case *k) {
+    if (k->rnn) fp_rnn_refresh(&k->cr, &k->wr);
+    else fp_mamba2_refresh(&k->c2, &k->w2);
+}
+
+static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
+    memset(k, 0, sizeof *k);
+    k->rnn = rnn;
+    int rc = rnn ? fp_rnn_cfg_init(&k->cr, DM, 2, 4, 1, o.h_dep, o.symm, o.n_back, 1e-5f, o.mixer, o.rank, "silu", -1,
+                                   o.kron_norm)
+                 : fp_mamba2_cfg_init(&k->c2, DM, 2, 4, 4, 4, o.conv, o.h_dep, o.symm, o.glu, o.n_back, 1e-5f,
+                                      o.mixer, o.rank, "silu", -1, o.kron_norm);
+    CHECK(rc == IM_OK, "cfg: %s", err_msg());
+    k->B = B;
+    k->T = T;
+    k->E = 2 * DM;
+    ptab_init(&k->t);
+    if (rnn) fp_rnn_add_params(&k->cr, &k->t, "L", 1.0f);
+    else fp_mamba2_add_params(&k->c2, &k->t, "L", 1.0f);
+    k->theta = th_alloc(k->t.total);
+    k->dtheta = th_alloc(k->t.total);
+    k->neff = rnn ? fp_rnn_eff_floats(&k->cr) : fp_mamba2_eff_floats(&k->c2);
+    k->eff = th_alloc(k->neff);
+    k->deff = th_alloc(k->neff);
+    ptab_init_values(&k->t, k->theta, seed);
+    if (rnn) {
+        fp_rnn_bind(&k->cr, &k->wr, &k->t, k->theta, "L", k->eff);
+        fp_rnn_bind(&k->cr, &k->dwr, &k->t, k->dtheta, "L", k->deff);
+        fp_rnn_post_init(&k->cr, &k->wr);
+    } else {
+        fp_mamba2_bind(&k->c2, &k->w2, &k->t, k->theta, "L", k->eff);
+        fp_mamba2_bind(&k->c2, &k->dw2, &k->t, k->dtheta, "L", k->deff);
+        fp_mamba2_post_init(&k->c2, &k->w2);
+    }
+    /* move every tensor off its init values so that no gradient is trivially symmetric */
+    Rng r;
+    rng_seed(&r, seed, 5);
+    for (int i = 0; i < k->t.n; i++) {
+        const ParamInfo *p = &k->t.p[i];
+        for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] += 0.1f * rng_normal(&r);
+    }
+    refresh(k);
+    size_t M = (size_t)B * T;
+    k->u = th_alloc(M * DM);
+    k->du = th_alloc(M * DM);
+    k->ystar = th_alloc(M * k->E);
+    k->R = th_alloc(M * DM);
+    k->out = th_alloc(M * DM);
+    k->cache = th_alloc(rnn ? fp_rnn_cache_floats(&k->cr, B, T) : fp_mamba2_cache_floats(&k->c2, B, T));
+    k->scratch = th_alloc(rnn ? fp_rnn_scratch_floats(&k->cr, B, T) : fp_mamba2_scratch_floats(&k->c2, B, T));
+    th_fill_normal(k->u, M * DM, &r, 1.0f);
+    th_fill_normal(k->ystar, M * k->E, &r, 1.0f);
+    th_fill_uniform(k->R, M * DM, &r, -1, 1);
+}
+
+static void case_free(Case *k) {
+    if (k->rnn) {
+        fp_rnn_unbind(&k->wr);
+        fp_rnn_unbind(&k->dwr);
+    } else {
+        fp_mamba2_unbind(&k->w2);
+        fp_mamba2_unbind(&k->dw2);
+    }
+    ptab_free(&k->t);
+    free(k->theta); free(k->dtheta); free(k->eff); free(k->deff);
+    free(k->u); free(k->du); free(k->ystar); free(k->R); free(k->out); free(k->cache); free(k->scratch);
+}
+
+static int fwd_at(Case *k, float *out, float *cache) {
+    return k->rnn ? fp_rnn_fwd_at(&k->cr, &k->wr, out, k->u, k->ystar, cache, k->scratch, k->B, k->T)
+                  : fp_mamba2_fwd_at(&k->c2, &k->w2, out, k->u, k->ystar, cache, k->scratch, k->B, k->T);
+}
+
+static int fwd(Case *k, float *out, const FpoOpts *o, FpMambaStats *st, float *cache) {
+    return k->rnn ? fp_rnn_fwd(&k->cr, &k->wr, out, k->u, o, st, cache, k->scratch, k->B, k->T)
+                  : fp_mamba2_fwd(&k->c2, &k->w2, out, k->u, o, st, cache, k->scratch, k->B, k->T);
+}
+
+static void bwd(Case *k) {
+    if (k->rnn) {
+        fp_rnn_bwd(&k->cr, &k->wr, &k->dwr, k->du, k->R, k->u, k->cache, k->scratch, k->B, k->T);
+        fp_rnn_wn_bwd(&k->cr, &k->wr, &k->dwr);
+    } else {
+        fp_mamba2_bwd(&k->c2, &k->w2, &k->dw2, k->du, k->R, k->u, k->cache, k->scratch, k->B, k->T);
+        fp_mamba2_wn_bwd(&k->c2, &k->w2, &k->dw2);
+    }
+}
+
+static double loss_at(void *ctx) {
+    Case *k = ctx;
+    refresh(k);
+    CHECK(fwd_at(k, k->out, NULL) == IM_OK, "fwd: %s", err_msg());
+    double s = 0;
+    for (size_t i = 0; i < (size_t)k->B * k->T * DM; i++) s += (double)k->out[i] * k->R[i];
+    return s;
+}
+
+static void bwd_at(void *ctx) {
+    Case *k = ctx;
+    refresh(k);
+    memset(k->deff, 0, k->neff * sizeof(float));
+    CHECK(fwd_at(k, k->out, k->cache) == IM_OK, "fwd: %s", err_msg());
+    bwd(k);
+}
+
+static void test_grad(const char *name, int rnn, Opt o, float h) {
+    Case k;
+    case_init(&k, rnn, o, 2, 5, 11);
+    GradCase gc = {.name = name, .loss = loss_at, .bwd = bwd_at, .ctx = &k, .h = h, .tol = 2e-2};
+    add_tensor(&gc, "theta", k.theta, k.dtheta, k.t.total, 150);
+    add_tensor(&gc, "u", k.u, k.du, (size_t)k.B * k.T * DM, 20);
+    Rng r;
+    rng_seed(&r, 3, 3);
+    run_grad_case(&gc, &r);
+    case_free(&k);
+}
+
+static void set_by_name(Case *k, const char *part1, const char *part2, float v) {
+    for (int i = 0; i < k->t.n; i++) {
+        const ParamInfo *p = &k->t.p[i];
+        if (strstr(p->name, part1) && strstr(p->name, part2))
+            for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] = v;
+    }
+}
+
+static FpoOpts tight_opts(int rnn) {
+    FpoOpts o;
+    fpo_opts_default(&o);
+    if (rnn) { /* the reference's FPRNN constants: no damping */
+        o.step0 = 1.0f;
+        o.decay = 1.0f;
+    }
+    o.quantile = 1.0;
+    o.cap = 1000;
+    o.thr = 1e-5;
+    return o;
+}
+
+/* ---- spec §1.1 / §10: the dense recurrence -------------------------------------------------------- */
+
+static double sigd(double v) { return 1.0 / (1.0 + exp(-v)); }
+static double silud(double v) { return v * sigd(v); }
+
+/* y:(B,T,E) = silu(conv(x)) in double, depthwise, w:(E,W), tap W-1 on the current token */
+static void conv_silu_d(double *y, const double *x, const float *w, const float *b, int B, int T, int E, int W) {
+    for (int bb = 0; bb < B; bb++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < E; c++) {
+                double s = b[c];
+                for (int j = 0; j < W; j++) {
+                    int tt = t - W + 1 + j;
+                    if (tt >= 0) s += (double)w[c * W + j] * x[((size_t)bb * T + tt) * E + c];
+                }
+                y[((size_t)bb * T + t) * E + c] = silud(s);
+            }
+}
+
+/* Solve A z = r (n×n, Gaussian elimination with partial pivoting), A and r destroyed. */
+static void solve_d(double *A, double *r, double *z, int n) {
+    for (int c = 0; c < n; c++) {
+        int piv = c;
+        for (int i = c + 1; i < n; i++)
+            if (fabs(A[i * n + c]) > fabs(A[piv * n + c])) piv = i;
+        if (piv != c) {
+            for (int j = 0; j < n; j++) {
+                double tmp = A[c * n + j];
+                A[c * n + j] = A[piv * n + j];
+                A[piv * n + j] = tmp;
+            }
+            double tmp = r[c];
+            r[c] = r[piv];
+            r[piv] = tmp;
+        }
+        for (int i = c + 1; i < n; i++) {
+            double f = A[i * n + c] / A[c * n + c];
+            for (int j = c; j < n; j++) A[i * n + j] -= f * A[c * n + j];
+            r[i] -= f * r[c];
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        double s = r[i];
+        for (int j = i + 1; j < n; j++) s -= A[i * n + j] * z[j];
+        z[i] = s / A[i * n + i];
+    }
+}
+
+static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias, double tol) {
+    Case k;
+    int B = 2, T = 9, E = 2 * DM, D = DM, W = 4;
+    Opt o = {mixer, rank, 0, 0, 1, 0, 1, "spectral"};
+    case_init(&k, 1, o, B, T, 41);
+    /* α = σ(bias) exactly: ‖I − Q‖ = 2α for one reflection (contractive) */
+    set_by_name(&k, "proj_alpha", "weight_g", 0.0f);
+    set_by_name(&k, "proj_alpha", "bias", alpha_bias);
+    refresh(&k);
+    FpoOpts opts = tight_opts(1);
+    FpMambaStats st;
+    float *hstar = th_alloc((size_t)B * T * E);
+    TH_CHECK(fp_rnn_solve(&k.cr, &k.wr, hstar, k.u, &opts, &st, k.scratch, B, T) == IM_OK, "solve");
+    TH_CHECK(st.converged, "%s: FPRNN solve converged (%d iterations, residual %g)", mixer, st.iters, st.best_max);
+    /* the prepare part, independently and in double */
+    size_t ME = (size_t)B * T * E;
+    double *xpre = calloc(ME, sizeof(double)), *xb = calloc(ME, sizeof(double)), *xl = calloc(ME, sizeof(double)),
+           *xm = calloc(ME, sizeof(double)), *x = calloc(ME, sizeof(double));
+    const FpRnnW *w = &k.wr;
+    for (size_t m = 0; m < (size_t)B * T; m++)
+        for (int i = 0; i < E; i++) {
+            double s = 0;
+            for (int j = 0; j < D; j++) s += (double)w->in_proj[(size_t)i * D + j] * k.u[m * D + j];
+            xpre[m * E + i] = s;
+        }
+    conv_silu_d(x, xpre, w->cx_w, w->cx_b, B, T, E, W);
+    conv_silu_d(xb, xpre, w->cb_w, w->cb_b, B, T, E, W);
+    conv_silu_d(xl, xpre, w->cl_w, w->cl_b, B, T, E, W);
+    conv_silu_d(xm, xpre, w->cm_w, w->cm_b, B, T, E, W);
+    float *pf = th_alloc((size_t)E), *Q = th_alloc((size_t)E * E);
+    double *A = calloc((size_t)E * E, sizeof(double)), *r = calloc((size_t)E, sizeof(double)),
+           *h = calloc((size_t)E, sizeof(double)), *lam = calloc((size_t)E, sizeof(double)),
+           *bx = calloc((size_t)E, sizeof(double)), *qb = calloc((size_t)E, sizeof(double));
+    float *ref = th_alloc(ME);
+    double qdev = 0;
+    for (int bb = 0; bb < B; bb++) {
+        memset(h, 0, (size_t)E * sizeof(double));
+        for (int t = 0; t < T; t++) {
+            size_t m = (size_t)bb * T + t;
+            for (int i = 0; i < E; i++) {
+                double sl = w->lam_b[i], sb = 0;
+                for (int j = 0; j < E; j++) {
+                    sl += (double)w->lam_w[(size_t)i * E + j] * xl[m * E + j];
+                    sb += (double)w->b_w[(size_t)i * E + j] * xb[m * E + j];
+                }
+                lam[i] = sigd(sl);
+                bx[i] = silud(sb) * x[m * E + i];
+                pf[i] = (float)xm[m * E + i];
+            }
+            mixer_matrix(&k.cr.mix, w->mixer, pf, Q);
+            for (int i = 0; i < E; i++) {
+                double s = 0;
+                for (int j = 0; j < E; j++) {
+                    s += (double)Q[(size_t)i * E + j] * bx[j];
+                    double dq = Q[(size_t)i * E + j] - (i == j);
+                    qdev = fmax(qdev, fabs(dq));
+                }
+                qb[i] = s;
+            }
+            /* (Λ + (I − Λ) Q) h_t = Λ h_{t−1} + (I − Λ) Q (b ⊙ x) */
+            for (int i = 0; i < E; i++) {
+                for (int j = 0; j < E; j++) A[(size_t)i * E + j] = (1 - lam[i]) * Q[(size_t)i * E + j];
+                A[(size_t)i * E + i] += lam[i];
+                r[i] = lam[i] * h[i] + (1 - lam[i]) * qb[i];
+            }
+            solve_d(A, r, h, E);
+            for (int i = 0; i < E; i++) ref[m * E + i] = (float)h[i];
+        }
+    }
+    TH_CHECK(qdev > 1e-2, "%s: Q is not (near) the identity (max |Q − I| %g)", mixer, qdev);
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s r%d: FPRNN fixed point == dense recurrence", mixer, rank);
+    TH_CLOSE(hstar, ref, ME, tol, nm);
+    if (getenv("TH_VERBOSE"))
+        printf("  %s: %d iterations, err %.3g, |Q-I| %.3g\n", mixer, st.iters, th_rel_err(hstar, ref, ME), qdev);
+    free(xpre); free(xb); free(xl); free(xm); free(x); free(A); free(r); free(h); free(lam); free(bx); free(qb);
+    free(pf); free(Q); free(ref); free(hstar);
+    case_free(&k);
+}
+
+/* ---- sequential == parallel --------------------------------------------------------------------- */
+
+static void test_sequential(int rnn, Opt op) {
+    Case k;
+    int B = 3, T = 7;
+    case_init(&k, rnn, op, B, T, 21);
+    /* a contractive map: a fixed point to compare at, reached to float precision */
+    set_by_name(&k, "proj_alpha", "bias", -2.0f);
+    set_by_name(&k, "proj_d", "bias", -2.0f);
+    refresh(&k);
+    FpoOpts o = tight_opts(rnn);
+    FpMambaStats st;
+    TH_CHECK(fwd(&k, k.out, &o, &st, NULL) == IM_OK, "fwd");
+    TH_CHECK(st.converged, "%s: parallel solve converged (%d iterations, residual %g)", op.mixer, st.iters,
+             st.best_max);
+    size_t nst = rnn ? fp_rnn_state_floats(&k.cr, B) : fp_mamba2_state_floats(&k.c2, B);
+    size_t nss = rnn ? fp_rnn_step_scratch_floats(&k.cr, B) : fp_mamba2_step_scratch_floats(&k.c2, B);
+    float *state = th_alloc(nst), *ss = th_alloc(nss);
+    float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
+    FpMambaStats sst = {0};
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < B; b++) memcpy(ut + b * DM, k.u + ((size_t)b * T + t) * DM, DM * sizeof(float));
+        int rc = rnn ? fp_rnn_step(&k.cr, &k.wr, ot, ut, state, &o, &sst, ss, B)
+                     : fp_mamba2_step(&k.c2, &k.w2, ot, ut, state, &o, &sst, ss, B);
+        TH_CHECK(rc == IM_OK, "step");
+        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * DM, ot + b * DM, DM * sizeof(float));
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s %s conv %d glu %d: sequential == parallel", rnn ? "fp_rnn" : "fp_mamba2", op.mixer,
+             op.conv, op.glu);
+    TH_CLOSE(seq, k.out, (size_t)B * T * DM, 1e-3, nm);
+    TH_CHECK(sst.tokens == T && sst.iters >= T, "per-token iterations counted (%d over %d)", sst.iters, sst.tokens);
+    free(state); free(ss); free(ut); free(ot); free(seq);
+    case_free(&k);
+}
+
+/* ---- threads ------------------------------------------------------------------------------------ */
+
+static void test_threads(int rnn, Opt op) {
+    Case k;
+    int B = 4, T = 9;
+    case_init(&k, rnn, op, B, T, 31);
+    float *o1 = th_alloc((size_t)B * T * DM), *d1 = th_alloc(k.t.total);
+    FpoOpts o = tight_opts(rnn);
+    o.cap = 20;
+    int threads = k_get_threads();
+    for (int run = 0; run < 2; run++) {
+        k_set_threads(run + 1);
+        memset(k.dtheta, 0, k.t.total * sizeof(float));
+        memset(k.deff, 0, k.neff * sizeof(float));
+        TH_CHECK(fwd(&k, run ? k.out : o1, &o, NULL, k.cache) == IM_OK, "fwd");
+        bwd(&k);
+        if (!run) memcpy(d1, k.dtheta, k.t.total * sizeof(float));
+    }
+    k_set_threads(threads);
+    TH_CHECK(!memcmp(o1, k.out, (size_t)B * T * DM * sizeof(float)), "%s: forward bit-identical at 1 and 2 threads",
+             rnn ? "fp_rnn" : "fp_mamba2");
+    TH_CHECK(!memcmp(d1, k.dtheta, k.t.total * sizeof(float)), "%s: gradients bit-identical at 1 and 2 threads",
+             rnn ? "fp_rnn" : "fp_mamba2");
+    free(o1); free(d1);
+    case_free(&k);
+}
+
+/* ---- the LMs ------------------------------------------------------------------------------------ */
+
+static int make_model(Model *m, const char *const *kv) {
+    ModelCfg c;
+    cfg_defaults(&c);
+    for (int i = 0; kv[i]; i += 2)
+        if (cfg_set(&c, kv[i], kv[i + 1]) != IM_OK) return -1;
+    return model_create(m, &c);
+}
+
+static void test_model(const char *name) {
+    int rnn = !strcmp(name, "fp_rnn");
+    const char *kv[] = {"model", name, "vocab_size", "7", "d_model", "8", "n_layer", "2", "d_state", "4",
+                        "headdim", "4", "fp_threshold", "1e-5", "fp_eval_cap", "3000", "mixer_type", "householder",
+                        "short_conv", "1", "fp_step0", rnn ? "1" : "0.99", "fp_decay", rnn ? "1" : "0.9",
+                        "fp_outlier_q", "0.1", NULL};
+    Model m;
+    TH_CHECK(make_model(&m, kv) == IM_OK, "%s create: %s", name, err_msg());
+    model_init_params(&m, 5);
+    /* a contractive Q (α ≈ 0.12): one fixed point, which the per-token and whole-sequence solves
+     * must both find */
+    for (int i = 0; i < m.tab.n; i++)
+        if (strstr(m.tab.p[i].name, "proj_alpha.bias"))
+            for (size_t j = 0; j < m.tab.p[i].numel; j++) m.params[m.tab.p[i].offset + j] = -2;
+    int B = 2, T = 6, V = m.V;
+    int ids[12] = {1, 4, 2, 6, 0, 3, 5, 5, 1, 2, 4, 0}, tg[12];
+    for (int i = 0; i < 12; i++) tg[i] = (ids[i] + 1) % 7;
+    m.training = 0;
+    float loss;
+    TH_CHECK(model_fwd(&m, ids, tg, B, T, &loss) == IM_OK, "%s fwd: %s", name, err_msg());
+    TH_CHECK(m.fp_res_max < 1e-5 && m.fp_phase && !strcmp(m.fp_phase, "fp eval"), "%s: eval solve converged (%g)",
+             name, m.fp_res_max);
+    float *par = th_alloc((size_t)B * T * V), *seq = th_alloc((size_t)B * T * V), *lt = th_alloc((size_t)B * V);
+    memcpy(par, m.logits, (size_t)B * T * V * sizeof(float));
+    TH_CHECK(model_state_init(&m, B) == IM_OK, "state: %s", err_msg());
+    for (int t = 0; t < T; t++) {
+        int it[2] = {ids[t], ids[T + t]};
+        TH_CHECK(model_step(&m, it, lt) == IM_OK, "step: %s", err_msg());
+        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * V, lt + (size_t)b * V, V * sizeof(float));
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s: sequential logits == parallel", name);
+    TH_CLOSE(seq, par, (size_t)B * T * V, 1e-3, nm);
+    /* checkpoint round trip */
+    const char *path = "/tmp/implicit_test_fp_rnn.safetensors";
+    TH_CHECK(ckpt_save(&m, path, NULL) == IM_OK, "save: %s", err_msg());
+    Model m2;
+    TH_CHECK(ckpt_load(&m2, path, NULL) == IM_OK, "load: %s", err_msg());
+    m2.training = 0;
+    TH_CHECK(model_fwd(&m2, ids, tg, B, T, &loss) == IM_OK, "fwd after load");
+    TH_CHECK(!memcmp(m2.logits, par, (size_t)B * T * V * sizeof(float)),
+             "%s: logits identical after a checkpoint round trip", name);
+    remove(path);
+    model_free(&m2);
+    /* training on a toy task (next id = id + 1 mod 7) with the library's AdamW */
+    m.training = 1;
+    AdamWCfg oc;
+    adamw_cfg_default(&oc);
+    oc.lr = 1e-2f;
+    AdamW opt;
+    TH_CHECK(adamw_init(&opt, &m, &oc) == IM_OK, "adamw init");
+    float first = 0, last = 0;
+    int ok = 1;
+    for (int s = 0; s < 30; s++) {
+        model_zero_grad(&m);
+        m.train_step = s;
+        if (model_fwd(&m, ids, tg, B, T, &loss) != IM_OK || !isfinite(loss)) { ok = 0; break; }
+        model_bwd(&m);
+        adamw_step(&opt, &m, oc.lr);
+        if (s == 0) first = loss;
+        last = loss;
+    }
+    TH_CHECK(ok, "%s: training forward failed: %s", name, err_msg());
+    TH_CHECK(last < 0.5f * first, "%s: 30 AdamW steps: loss %.4f -> %.4f", name, first, last);
+    TH_CHECK(m.fp_iters >= 1 && m.fp_step_max == 16, "%s: diagnostics (iters %g, cap %g)", name, m.fp_iters,
+             m.fp_step_max);
+    if (getenv("TH_VERBOSE")) printf("  %s: loss %.4f -> %.4f, fp iters %.1f\n", name, first, last, m.fp_iters);
+    adamw_free(&opt);
+    model_free(&m);
+    free(par); free(seq); free(lt);
+}
+
+static void test_config_errors(void) {
+    Model m;
+    const char *kv1[] = {"model", "fp_rnn", "vocab_size", "7", "d_model", "8", "short_conv", "0", NULL};
+    int rc = make_model(&m, kv1);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "short_conv"), "fp_rnn short_conv 0 rejected naming the key (%s)",
+             err_msg());
+    if (rc == IM_OK) model_free(&m);
+    const char *kv2[] = {"model", "fp_rnn", "vocab_size", "7", "d_model", "8", "short_conv", "-1", NULL};
+    rc = make_model(&m, kv2);
+    TH_CHECK(rc == IM_OK, "fp_rnn short_conv -1 = on (%s)", err_msg());
+    if (rc == IM_OK) model_free(&m);
+    const char *kv3[] = {"model", "fp_mamba2", "vocab_size", "7", "d_model", "8", "headdim", "5", NULL};
+    rc = make_model(&m, kv3);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "headdim"), "fp_mamba2 bad headdim rejected (%s)", err_msg());
+    if (rc == IM_OK) model_free(&m);
+}
+
+int main(void) {
+    th_name = "fp_rnn";
+    /* FPMamba2 (rnn = 0): mixer, rank, h_dep, symm, conv, glu, n_back, kron_norm */
+    test_grad("m2 householder r2 concat", 0, (Opt){"householder", 2, 1, 0, 0, 0, 1, NULL}, 1e-2f);
+    test_grad("m2 householder symm conv n_back 2", 0, (Opt){"householder", 1, 1, 1, 1, 0, 2, NULL}, 3e-3f);
+    test_grad("m2 dplr x-only glu-in-loop", 0, (Opt){"dplr", 2, 0, 0, 0, 1, 1, NULL}, 3e-3f);
+    /* Kronecker's row normalisation is discontinuous where a diagonal of L crosses 0: a small step */
+    test_grad("m2 kronecker conv n_back 2", 0, (Opt){"kronecker", 1, 1, 0, 1, 0, 2, NULL}, 1e-3f);
+    test_grad("m2 householder conv glu n_back 3", 0, (Opt){"householder", 1, 1, 0, 1, 1, 3, NULL}, 1e-3f);
+    /* FPRNN (rnn = 1) */
+    test_grad("rnn householder concat", 1, (Opt){"householder", 1, 1, 0, 1, 0, 1, NULL}, 1e-2f);
+    test_grad("rnn householder r2 concat n_back 2", 1, (Opt){"householder", 2, 1, 0, 1, 0, 2, NULL}, 3e-3f);
+    test_grad("rnn dplr symm n_back 2", 1, (Opt){"dplr", 2, 1, 1, 1, 0, 2, NULL}, 3e-3f);
+    test_grad("rnn kronecker spectral x-only", 1, (Opt){"kronecker", 1, 0, 0, 1, 0, 1, "spectral"}, 1e-3f);
+    test_grad("rnn selectivedense n_back 3", 1, (Opt){"selectivedense", 1, 1, 0, 1, 0, 3, NULL}, 1e-3f);
+    /* spec §1.1 / §10 */
+    test_dense_recurrence("householder", 1, -1.5f, 1e-5);
+    test_dense_recurrence("householder", 2, -2.0f, 1e-5);
+    test_dense_recurrence("selectivedense", 1, 0.0f, 5e-5);
+    /* sequential == parallel */
+    test_sequential(0, (Opt){"householder", 2, 1, 0, 0, 0, 1, NULL});
+    test_sequential(0, (Opt){"kronecker", 1, 1, 0, 1, 1, 2, NULL});
+    test_sequential(1, (Opt){"householder", 2, 1, 0, 1, 0, 1, NULL});
+    test_sequential(1, (Opt){"kronecker", 1, 1, 1, 1, 0, 2, "spectral"});
+    test_threads(0, (Opt){"kronecker", 1, 1, 0, 1, 0, 2, NULL});
+    test_threads(1, (Opt){"householder", 2, 1, 0, 1, 0, 2, NULL});
+    test_model("fp_mamba2");
+    test_model("fp_rnn");
+    test_config_errors();
+    return th_done();
+}
