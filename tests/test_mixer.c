@@ -856,6 +856,40 @@ static void test_pytorch(void) {
     st_free(&f);
 }
 
+/* mixer_fwd_fixed (a fixed share of the projections computed once, as FP-Mamba's solve does)
+ * equals mixer_fwd, for a split p = [fixed ; variable] and for a fully fixed p. */
+static void test_fixed_split(void) {
+    const char *types[] = {"householder", "dplr", "kronecker", "monarch", "selectivedense", "mixture"};
+    for (int i = 0; i < 6; i++) {
+        int d = 16, dp = 32, M = 7;
+        Mx x;
+        mx_init(&x, types[i], d, dp, !strcmp(types[i], "monarch") ? 4 : 2, "silu", -1, "column-wise", 1e-5f, M,
+                100 + i, "m");
+        TH_CHECK(mixer_fixed_floats(&x.c, M) == (size_t)M * x.c.out_total, "%s: fixed floats", types[i]);
+        float *raw = th_alloc(mixer_fixed_floats(&x.c, M)), *pf = th_alloc((size_t)M * 16), *pv = th_alloc((size_t)M * 16);
+        for (int t = 0; t < M; t++) {
+            memcpy(pf + (size_t)t * 16, x.p + (size_t)t * dp, 16 * sizeof(float));
+            memcpy(pv + (size_t)t * 16, x.p + (size_t)t * dp + 16, 16 * sizeof(float));
+        }
+        mixer_fwd(&x.c, &x.w, x.out, x.p, x.v, M, NULL, x.scratch);
+        mixer_project_fixed(&x.c, &x.w, raw, pf, 16, M);
+        mixer_fwd_fixed(&x.c, &x.w, x.dv, raw, pv, 16, x.v, M, x.scratch);
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s: fixed split == mixer_fwd", types[i]);
+        TH_CLOSE(x.dv, x.out, (size_t)M * d, 1e-5, nm);
+        mixer_project_fixed(&x.c, &x.w, raw, x.p, dp, M);
+        mixer_fwd_fixed(&x.c, &x.w, x.dv, raw, NULL, dp, x.v, M, x.scratch);
+        snprintf(nm, sizeof nm, "%s: fully fixed p == mixer_fwd", types[i]);
+        TH_CLOSE(x.dv, x.out, (size_t)M * d, 1e-5, nm);
+        free(raw); free(pf); free(pv);
+        mx_free(&x);
+    }
+    Mx x;
+    mx_init(&x, "householder", 16, 32, 2, "silu", 4, "column-wise", 1e-5f, 3, 7, "m");
+    TH_CHECK(mixer_fixed_floats(&x.c, 3) == 0, "factorised projections have no fixed split");
+    mx_free(&x);
+}
+
 int main(void) {
     th_name = "test_mixer";
     Rng r;
@@ -871,6 +905,7 @@ int main(void) {
     test_grads(&r);
     test_threads();
     test_pytorch();
+    test_fixed_split();
     printf(
         "test_mixer: worst FD rel err %.3g, worst directional rel err %.3g; vs PyTorch: out %.3g, grads %.3g\n",
         worst_fd, worst_dir, worst_ref_out, worst_ref_grad);

@@ -217,8 +217,16 @@ static void carve_cache(const FpMambaCfg *c, Carve *k, FwdCache *f, int M) {
 typedef struct {
     StepBufs ng;
     float *Y, *solver, *mscratch;
+    float *rawfix;          /* the x share of the mixer projections during the solve | NULL */
     FwdCache pre;           /* prepare buffers when no cache is given */
 } FwdScratch;
+
+/* The mixer input's fixed columns during a solve: p = [x ; s] → E, p = x → E (= dp);
+ * 0 when the projections cannot be split (x + s, factorised or input-free mixers). */
+static int fixed_split(const FpMambaCfg *c, int M) {
+    if (mixer_fixed_floats(&c->mix, M) == 0 || (c->h_dep && c->symm)) return 0;
+    return c->E;
+}
 
 static void carve_fwd_scratch(const FpMambaCfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
     int M = B * T;
@@ -226,6 +234,7 @@ static void carve_fwd_scratch(const FpMambaCfg *c, Carve *k, FwdScratch *s, int 
     s->Y = take(k, (size_t)M * c->E);
     s->solver = take(k, fpo_scratch_floats((size_t)M * c->E, B));
     s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    s->rawfix = fixed_split(c, M) ? take(k, mixer_fixed_floats(&c->mix, M)) : NULL;
     if (with_pre) {
         FpMambaCfg c1 = *c;
         c1.n_back = 0; /* prepare + output buffers only */
@@ -369,16 +378,22 @@ static void prepare(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, const f
 }
 
 /* One application of f on yin (B,T): fills s->... and s->y. mcache NULL = no-grad. */
+/* rawfix: the precomputed x share of the mixer projections (gradient-free solve iterations) | NULL. */
 static void step_fwd(const FpMambaCfg *c, const FpMambaW *w, const FwdCache *f, StepBufs *s, const float *yin,
-                     float *mscratch, int B, int T) {
+                     const float *rawfix, float *mscratch, int B, int T) {
     int M = B * T, E = c->E, N = c->N;
     size_t ME = (size_t)M * E;
     if (s->yin && s->yin != yin) memcpy(s->yin, yin, ME * sizeof(float));
     shift_fwd(s->s, yin, B, T, E);
-    make_p(c, s->p, f->xc, s->s, M);
 #pragma omp parallel for schedule(static) if (ME >= PAR_MIN)
     for (size_t i = 0; i < ME; i++) s->v[i] = f->xc[i] - yin[i];
-    mixer_fwd(&c->mix, w->mixer, s->xt, s->p, s->v, M, s->mcache, mscratch);
+    if (rawfix) {
+        mixer_fwd_fixed(&c->mix, w->mixer, s->xt, rawfix, c->h_dep ? s->s : NULL, c->dp - (c->h_dep ? E : 0), s->v, M,
+                        mscratch);
+    } else {
+        make_p(c, s->p, f->xc, s->s, M);
+        mixer_fwd(&c->mix, w->mixer, s->xt, s->p, s->v, M, s->mcache, mscratch);
+    }
     k_axpby(s->xt, 1.0f, yin, 1.0f, ME);
     k_linear_fwd(s->braw, s->s, w->bc.W, NULL, M, E, N);
     k_linear_fwd(s->craw, s->s, w->bc.W + (size_t)N * E, NULL, M, E, N);
@@ -468,6 +483,7 @@ typedef struct {
     const FpMambaW *w;
     const FwdCache *f;
     StepBufs *ng;
+    const float *rawfix;
     float *mscratch;
     int B, T;
 } SolveCtx;
@@ -476,7 +492,7 @@ static void solve_f(void *ctx, float *out, const float *y) {
     SolveCtx *s = ctx;
     float *keep = s->ng->y;
     s->ng->y = out;
-    step_fwd(s->c, s->w, s->f, s->ng, y, s->mscratch, s->B, s->T);
+    step_fwd(s->c, s->w, s->f, s->ng, y, s->rawfix, s->mscratch, s->B, s->T);
     s->ng->y = keep;
 }
 
@@ -517,7 +533,9 @@ int fp_mamba_fwd(const FpMambaCfg *c, const FpMambaW *w, float *out, const float
     }
     prepare(c, w, f, u, B, T);
     memset(sc.Y, 0, ME * sizeof(float));
-    SolveCtx sx = {c, w, f, &sc.ng, sc.mscratch, B, T};
+    /* x is fixed during the solve: its share of the mixer projections is computed once */
+    if (sc.rawfix) mixer_project_fixed(&c->mix, w->mixer, sc.rawfix, f->xc, c->E, M);
+    SolveCtx sx = {c, w, f, &sc.ng, sc.rawfix, sc.mscratch, B, T};
     FpMap map = {.ctx = &sx, .n = ME, .nb = B, .f = solve_f};
     FpoStats fs = {0};
     int rc = fpo_solve(&map, (size_t)E, sc.Y, opts, &fs, sc.solver);
@@ -533,10 +551,10 @@ static int graded_and_output(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f
     const float *y = sc->Y;
     for (int k = 0; k < c->n_back; k++) {
         if (with_cache) {
-            step_fwd(c, w, f, &f->step[k], y, sc->mscratch, B, T);
+            step_fwd(c, w, f, &f->step[k], y, NULL, sc->mscratch, B, T);
             y = f->step[k].y;
         } else {
-            step_fwd(c, w, f, &sc->ng, y, sc->mscratch, B, T);
+            step_fwd(c, w, f, &sc->ng, y, NULL, sc->mscratch, B, T);
             memcpy(sc->Y, sc->ng.y, ME * sizeof(float));
         }
     }
@@ -638,6 +656,7 @@ typedef struct {
     const FpMambaW *w;
     const float *xc, *z, *p, *dt, *A, *bbar, *cbar, *H;
     float *v, *xt, *o, *opre, *ln, *mscratch;
+    const float *rawfix; /* the token's whole mixer projection (p is fixed per token) | NULL */
     float *Hout; /* NULL in the inner iterations */
     int B;
 } TokCtx;
@@ -648,7 +667,8 @@ static void tok_f(void *ctx, float *out, const float *y) {
     int B = t->B, E = c->E;
     size_t BE = (size_t)B * E;
     for (size_t i = 0; i < BE; i++) t->v[i] = t->xc[i] - y[i];
-    mixer_fwd(&c->mix, t->w->mixer, t->xt, t->p, t->v, B, NULL, t->mscratch);
+    if (t->rawfix) mixer_fwd_fixed(&c->mix, t->w->mixer, t->xt, t->rawfix, NULL, c->dp, t->v, B, t->mscratch);
+    else mixer_fwd(&c->mix, t->w->mixer, t->xt, t->p, t->v, B, NULL, t->mscratch);
     k_axpby(t->xt, 1.0f, y, 1.0f, BE);
     float *o = c->glu_in_loop ? t->opre : t->o;
     k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->bbar, t->cbar, t->w->Dskip, B, E, c->N);
@@ -663,7 +683,7 @@ size_t fp_mamba_state_floats(const FpMambaCfg *c, int B) {
 
 typedef struct {
     float *xpre, *z, *xc, *dlow, *Bm, *Cm, *dtpre, *dt, *A, *s, *p, *v, *xt, *o, *opre, *ln, *Y, *y, *zs, *gy,
-        *solver, *mscratch;
+        *solver, *mscratch, *rawfix;
 } TokBufs;
 
 static void carve_tok(const FpMambaCfg *c, Carve *k, TokBufs *t, int B) {
@@ -690,6 +710,7 @@ static void carve_tok(const FpMambaCfg *c, Carve *k, TokBufs *t, int B) {
     t->gy = take(k, BE);
     t->solver = take(k, fpo_scratch_floats(BE, B));
     t->mscratch = take(k, mixer_scratch_floats(&c->mix, B));
+    t->rawfix = mixer_fixed_floats(&c->mix, B) ? take(k, mixer_fixed_floats(&c->mix, B)) : NULL;
 }
 
 size_t fp_mamba_step_scratch_floats(const FpMambaCfg *c, int B) {
@@ -736,7 +757,9 @@ int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const floa
         memcpy(t.Bm, braw, (size_t)B * N * sizeof(float));
         memcpy(t.Cm, craw, (size_t)B * N * sizeof(float));
     }
-    TokCtx tc = {c, w, t.xc, t.z, t.p, t.dt, t.A, t.Bm, t.Cm, H, t.v, t.xt, t.o, t.opre, t.ln, t.mscratch, NULL, B};
+    /* p does not change during the token's iterations: project it once */
+    if (t.rawfix) mixer_project_fixed(&c->mix, w->mixer, t.rawfix, t.p, c->dp, B);
+    TokCtx tc = {c, w, t.xc, t.z, t.p, t.dt, t.A, t.Bm, t.Cm, H, t.v, t.xt, t.o, t.opre, t.ln, t.mscratch, t.rawfix, NULL, B};
     FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
     memset(t.Y, 0, BE * sizeof(float));
     FpoStats fs = {0};

@@ -503,6 +503,51 @@ void mixer_fwd(const MixerCfg *c, const MixerW *w, float *out, const float *p, c
     }
 }
 
+size_t mixer_fixed_floats(const MixerCfg *c, int M) {
+    return c->type == MIX_NONSELECTIVE || c->proj_rank > 0 ? 0 : (size_t)M * c->out_total;
+}
+
+void mixer_project_fixed(const MixerCfg *c, const MixerW *w, float *raw_fixed, const float *p_fixed, int split, int M) {
+    CHECK(mixer_fixed_floats(c, M) > 0 || M == 0, "mixer_project_fixed: needs full-rank projections");
+    CHECK(split >= 1 && split <= c->dp, "mixer_project_fixed: split %d outside 1..%d", split, c->dp);
+    for (int j = 0; j < c->n_proj; j++) {
+        const LinearW *l = &w->p[j].l[0];
+        float *out = raw_fixed + (size_t)M * c->proj[j].off;
+        int oc = c->proj[j].out;
+        /* the first `split` input columns of W (row stride dp), plus the bias */
+        k_gemm(0, 1, M, oc, split, 1.0f, p_fixed, split, l->W, c->dp, 0.0f, out, oc);
+        if (l->b)
+            for (int t = 0; t < M; t++)
+                for (int o = 0; o < oc; o++) out[(size_t)t * oc + o] += l->b[o];
+    }
+}
+
+void mixer_fwd_fixed(const MixerCfg *c, const MixerW *w, float *out, const float *raw_fixed, const float *p_var,
+                     int split, const float *v, int M, float *scratch) {
+    CHECK(c && w && out && v && raw_fixed && scratch && out != v, "mixer_fwd_fixed: bad arguments");
+    CHECK(mixer_fixed_floats(c, M) > 0 || M == 0, "mixer_fwd_fixed: needs full-rank projections");
+    Scr s = carve(c, scratch, M);
+    memcpy(s.raw, raw_fixed, (size_t)M * c->out_total * sizeof(float));
+    if (split < c->dp) {
+        CHECK(p_var, "mixer_fwd_fixed: p_var required when split < dp");
+        for (int j = 0; j < c->n_proj; j++) {
+            int oc = c->proj[j].out;
+            k_gemm(0, 1, M, oc, c->dp - split, 1.0f, p_var, c->dp - split, w->p[j].l[0].W + split, c->dp, 1.0f,
+                   s.raw + (size_t)M * c->proj[j].off, oc);
+        }
+    }
+    activate(c, s.raw, s.act, M);
+    int S = n_slots(c, M), d = c->d;
+    for (int t0 = 0; t0 < M; t0 += S) {
+        int nt = M - t0 < S ? M - t0 : S;
+#pragma omp parallel for schedule(static) if ((size_t)nt * c->work >= PAR_MIN_WORK)
+        for (int j = 0; j < nt; j++) {
+            size_t t = (size_t)(t0 + j);
+            tok_fwd(c, s.act, M, (int)t, v + t * d, out + t * d, s.slots + (size_t)j * c->work);
+        }
+    }
+}
+
 void mixer_bwd(const MixerCfg *c, const MixerW *w, MixerW *dw, float *dp, float *dv, const float *dout,
                const float *p, const float *v, int M, const float *cache, float *scratch) {
     CHECK(c && w && dout && v && M >= 0, "mixer_bwd: NULL argument");

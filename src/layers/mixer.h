@@ -135,6 +135,19 @@ void mixer_bwd(const MixerCfg *c, const MixerW *w, MixerW *dw, float *dp, float 
 /* Once per backward, after every mixer_bwd: dg, dv (and nonselective dS) += from the accumulated
  * effective gradients in dw (the caller zeroes deff before the backward). Uses dw->work. */
 void mixer_wn_bwd(const MixerCfg *c, const MixerW *w, MixerW *dw);
+/* Projections with a fixed part (gradient-free forwards only). When the first `split` columns of
+ * p are the same over many calls (FP-Mamba's p = [x ; shift(y)] during a solve: x is fixed, only
+ * the shifted iterate changes), their share of every projection is computed once:
+ *   mixer_project_fixed: raw_fixed:(mixer_fixed_floats) = p_fixed:(M,split) · W[:, :split]ᵀ + b
+ *   mixer_fwd_fixed:     out = Q(p) v with raw = raw_fixed + p_var:(M,dp−split) · W[:, split:]ᵀ
+ *                        (split = dp: p is fixed entirely, p_var unused). Same result as mixer_fwd
+ *                        up to float summation order. scratch: mixer_scratch_floats.
+ * Available for full-rank projections (proj_rank −1) of the selective types; mixer_fixed_floats
+ * returns 0 otherwise (then use mixer_fwd). */
+size_t mixer_fixed_floats(const MixerCfg *c, int M);
+void mixer_project_fixed(const MixerCfg *c, const MixerW *w, float *raw_fixed, const float *p_fixed, int split, int M);
+void mixer_fwd_fixed(const MixerCfg *c, const MixerW *w, float *out, const float *raw_fixed, const float *p_var,
+                     int split, const float *v, int M, float *scratch);
 /* The explicit d x d matrix Q(p) of one token (row-major, out = Q v). Tests and diagnostics only:
  * allocates its own buffers. */
 void mixer_matrix(const MixerCfg *c, const MixerW *w, const float *p, float *Q);
