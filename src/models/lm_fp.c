@@ -2,14 +2,8 @@
  * (layers/fp_mamba.h) per block, and the model-level side of the FixedPointOptimizer (spec
  * fp-rnn §1.4, §1.6): which options a forward uses, the per-batch ℓ_max, the diagnostics.
  *
- *   training   quantile 1 − fp_outlier_q of the batch, cap ℓ_max = fp_max_iter, or, when
- *              fp_max_iter < 0, ceil(Gamma(4, fp_gamma_k/16 + 1)) ("code") or ceil(Gamma(4, 1))
- *              ("paper") drawn once per optimizer step for all layers (a pure function of the
- *              step, so a resumed run draws the same values)
- *   evaluation quantile 1 (every sequence), cap fp_eval_cap; sequential steps use the same rule
- *              per token.
- * Diagnostics: m->fp_iters = mean over layers of the solver's f evaluations (per token in step
- * mode), m->fp_res_max = the worst sample's best residual, m->fp_step_max = ℓ_max of the batch.
+ * The solver policy (options per forward, random ℓ_max, diagnostics) is written here once and
+ * shared through lm_fp.h with the fp_mamba2 / fp_rnn kinds (lm_fp2.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,25 +12,11 @@
 
 #include "../core/check.h"
 #include "../layers/fp_mamba.h"
-#include "lm_resid.h"
+#include "lm_fp.h"
 
 typedef struct {
     FpMambaCfg c;
 } FpKindCfg;
-
-/* The solver options of a forward, read from the live config (so `implicit eval --fp_eval_cap N`
- * and the test-time-compute sweep change them without rebuilding the model). */
-static FpoOpts solver_opts(const ModelCfg *c, int training) {
-    FpoOpts o;
-    fpo_opts_default(&o);
-    o.step0 = (float)c->fp_step0;
-    o.decay = (float)c->fp_decay;
-    o.patience = c->fp_patience;
-    o.thr = c->fp_threshold;
-    o.quantile = training ? 1.0 - c->fp_outlier_q : 1.0;
-    o.cap = training ? (c->fp_max_iter > 0 ? c->fp_max_iter : 1) : c->fp_eval_cap;
-    return o;
-}
 
 typedef struct {
     int layer;
@@ -110,18 +90,38 @@ static size_t fpk_scratch(const void *cfg, int B, int T) { return fp_mamba_scrat
 static size_t fpk_state(const void *cfg, int B) { return fp_mamba_state_floats(&((const FpKindCfg *)cfg)->c, B); }
 static size_t fpk_step_scratch(const void *cfg, int B) { return fp_mamba_step_scratch_floats(&((const FpKindCfg *)cfg)->c, B); }
 
-/* ℓ_max of a training batch (spec §1.6) */
-static int batch_max_iter(const Model *m) {
+/* ---- the shared solver policy (lm_fp.h) ------------------------------------------------------ */
+
+FpoOpts lm_fp_solver_opts(const Model *m, int step) {
     const ModelCfg *c = &m->cfg;
-    if (c->fp_max_iter > 0) return c->fp_max_iter;
+    int training = m->training && !step;
+    FpoOpts o;
+    fpo_opts_default(&o);
+    o.step0 = (float)c->fp_step0;
+    o.decay = (float)c->fp_decay;
+    o.patience = c->fp_patience;
+    o.thr = c->fp_threshold;
+    o.quantile = training ? 1.0 - c->fp_outlier_q : 1.0;
+    o.cap = c->fp_eval_cap;
+    if (!training) return o;
+    if (c->fp_max_iter > 0) {
+        o.cap = c->fp_max_iter;
+        return o;
+    }
     Rng r;
     rng_seed(&r, rng_hash(0x6c6d6178, (uint64_t)m->train_step, 0), 11);
     double scale = !strcmp(c->fp_gamma, "paper") ? 1.0 : c->fp_gamma_k / 16.0 + 1.0;
     double g = ceil(fpo_gamma(&r, 4.0, scale));
-    return g < 1 ? 1 : g > 100000 ? 100000 : (int)g;
+    o.cap = g < 1 ? 1 : g > 100000 ? 100000 : (int)g;
+    return o;
 }
 
-static void note_stats(const LmMixCtx *x, const FpMambaStats *st, double iters, int cap, const char *phase) {
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void lm_fp_note_stats(const LmMixCtx *x, double iters, double best_max, int cap, const char *phase) {
     Model *m = x->m;
     int L = m->cfg.n_layer;
     if (x->layer == 0) {
@@ -130,21 +130,27 @@ static void note_stats(const LmMixCtx *x, const FpMambaStats *st, double iters, 
         m->fp_res_max = 0;
     }
     m->fp_iters += iters / L;
-    m->fp_res += st->best_max / L;
-    if (st->best_max > m->fp_res_max) m->fp_res_max = st->best_max;
+    m->fp_res += best_max / L;
+    if (best_max > m->fp_res_max) m->fp_res_max = best_max;
     m->fp_step_max = cap;
     m->fp_phase = phase;
+    x->layer_stat[x->layer] = iters;
+    if (x->layer == L - 1) {
+        double *v = x->layer_stat + L; /* the wrapper gives 2·n_layer slots: values, then a sorted copy */
+        memcpy(v, x->layer_stat, (size_t)L * sizeof *v);
+        qsort(v, (size_t)L, sizeof *v, cmp_double);
+        m->fp_iters_median = L % 2 ? v[L / 2] : 0.5 * (v[L / 2 - 1] + v[L / 2]);
+    }
 }
 
 static int fpk_fwd(const LmMixCtx *x, const void *w, float *y, const float *xin, float *cache, float *scratch,
                    int B, int T) {
     const FpKindCfg *k = x->cfg;
-    FpoOpts o = solver_opts(&x->m->cfg, x->m->training);
-    if (x->m->training) o.cap = batch_max_iter(x->m);
+    FpoOpts o = lm_fp_solver_opts(x->m, 0);
     FpMambaStats st = {0};
     int rc = fp_mamba_fwd(&k->c, &((const FpKindW *)w)->w, y, xin, &o, &st, cache, scratch, B, T);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, st.iters, o.cap, x->m->training ? "fp train" : "fp eval");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, x->m->training ? "fp train" : "fp eval");
     return IM_OK;
 }
 
@@ -163,10 +169,10 @@ static int fpk_step(const LmMixCtx *x, const void *w, float *y, const float *xin
                     int B) {
     const FpKindCfg *k = x->cfg;
     FpMambaStats st = {0};
-    FpoOpts o = solver_opts(&x->m->cfg, 0);
+    FpoOpts o = lm_fp_solver_opts(x->m, 1);
     int rc = fp_mamba_step(&k->c, &((const FpKindW *)w)->w, y, xin, state, &o, &st, scratch, B);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, st.iters, o.cap, "fp sequential");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, "fp sequential");
     return IM_OK;
 }
 

@@ -1,9 +1,7 @@
 /* lm_fp2.c: the "fp_mamba2" and "fp_rnn" mixer kinds of the residual LM (lm_resid.h): one
  * FPMamba2 layer (layers/fp_mamba2.h, spec fp-rnn §3.2) or one vector FP-RNN layer
- * (layers/fp_rnn.h, §3.3) per block, with the same solver policy as the "fp_mamba" kind
- * (lm_fp.c): training uses quantile 1 − fp_outlier_q and cap ℓ_max = fp_max_iter (or the
- * per-step Gamma draw when fp_max_iter < 0), evaluation and sequential steps use quantile 1 and
- * fp_eval_cap; the same diagnostics (m->fp_iters, fp_res, fp_res_max, fp_step_max, fp_phase).
+ * (layers/fp_rnn.h, §3.3) per block, with the solver policy and diagnostics of lm_fp.h (shared
+ * with the "fp_mamba" kind).
  *
  * Both kinds take the fp_* keys as given, whose defaults are FPMamba1's (s0 0.99, decay 0.9,
  * q_out 0.25). The reference's constants differ (spec §1.4):
@@ -26,60 +24,7 @@
 #include "../core/check.h"
 #include "../layers/fp_mamba2.h"
 #include "../layers/fp_rnn.h"
-#include "lm_resid.h"
-
-/* ---- the shared solver policy ----------------------------------------------------------------- */
-
-typedef struct {
-    FpoOpts train, eval;
-    int max_iter;       /* ℓ_max, < 0 = random per batch */
-    int gamma_paper, gamma_k;
-} SolvePolicy;
-
-static void policy_init(SolvePolicy *p, const ModelCfg *c) {
-    fpo_opts_default(&p->train);
-    p->train.step0 = (float)c->fp_step0;
-    p->train.decay = (float)c->fp_decay;
-    p->train.patience = c->fp_patience;
-    p->train.thr = c->fp_threshold;
-    p->train.quantile = 1.0 - c->fp_outlier_q;
-    p->train.cap = c->fp_max_iter > 0 ? c->fp_max_iter : 1;
-    p->eval = p->train;
-    p->eval.quantile = 1.0;
-    p->eval.cap = c->fp_eval_cap;
-    p->max_iter = c->fp_max_iter;
-    p->gamma_paper = !strcmp(c->fp_gamma, "paper");
-    p->gamma_k = c->fp_gamma_k;
-}
-
-/* The options of a forward: ℓ_max of a training batch is fp_max_iter or ceil of a Gamma draw that
- * is a pure function of the optimizer step (spec §1.6; a resumed run draws the same values). */
-static FpoOpts policy_opts(const SolvePolicy *p, const Model *m) {
-    if (!m->training) return p->eval;
-    FpoOpts o = p->train;
-    if (p->max_iter > 0) return o;
-    Rng r;
-    rng_seed(&r, rng_hash(0x6c6d6178, (uint64_t)m->train_step, 0), 11);
-    double scale = p->gamma_paper ? 1.0 : p->gamma_k / 16.0 + 1.0;
-    double g = ceil(fpo_gamma(&r, 4.0, scale));
-    o.cap = g < 1 ? 1 : g > 100000 ? 100000 : (int)g;
-    return o;
-}
-
-static void note_stats(const LmMixCtx *x, const FpMambaStats *st, int cap, const char *phase) {
-    Model *m = x->m;
-    int L = m->cfg.n_layer;
-    if (x->layer == 0) {
-        m->fp_iters = 0;
-        m->fp_res = 0;
-        m->fp_res_max = 0;
-    }
-    m->fp_iters += (double)st->iters / L;
-    m->fp_res += st->best_max / L;
-    if (st->best_max > m->fp_res_max) m->fp_res_max = st->best_max;
-    m->fp_step_max = cap;
-    m->fp_phase = phase;
-}
+#include "lm_fp.h"
 
 static void layer_prefix(char *buf, size_t cap, int layer) { snprintf(buf, cap, "backbone.layers.%d.mixer", layer); }
 
@@ -93,7 +38,6 @@ static int no_dropout(const ModelCfg *c) {
 
 typedef struct {
     FpMamba2Cfg c;
-    SolvePolicy pol;
 } M2Cfg;
 
 typedef struct {
@@ -113,7 +57,6 @@ static int m2_init(void **cfg, const ModelCfg *c) {
         free(k);
         return rc;
     }
-    policy_init(&k->pol, c);
     *cfg = k;
     return IM_OK;
 }
@@ -167,11 +110,11 @@ static size_t m2_step_scratch(const void *cfg, int B) {
 static int m2_fwd(const LmMixCtx *x, const void *w, float *y, const float *xin, float *cache, float *scratch, int B,
                   int T) {
     const M2Cfg *k = x->cfg;
-    FpoOpts o = policy_opts(&k->pol, x->m);
+    FpoOpts o = lm_fp_solver_opts(x->m, 0);
     FpMambaStats st = {0};
     int rc = fp_mamba2_fwd(&k->c, &((const M2W *)w)->w, y, xin, &o, &st, cache, scratch, B, T);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, o.cap, x->m->training ? "fp train" : "fp eval");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, x->m->training ? "fp train" : "fp eval");
     return IM_OK;
 }
 
@@ -190,9 +133,10 @@ static int m2_step(const LmMixCtx *x, const void *w, float *y, const float *xin,
                    int B) {
     const M2Cfg *k = x->cfg;
     FpMambaStats st = {0};
-    int rc = fp_mamba2_step(&k->c, &((const M2W *)w)->w, y, xin, state, &k->pol.eval, &st, scratch, B);
+    FpoOpts o = lm_fp_solver_opts(x->m, 1);
+    int rc = fp_mamba2_step(&k->c, &((const M2W *)w)->w, y, xin, state, &o, &st, scratch, B);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, k->pol.eval.cap, "fp sequential");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, "fp sequential");
     return IM_OK;
 }
 
@@ -206,7 +150,6 @@ const LmMixerKind lm_mixer_fp_mamba2 = {
 
 typedef struct {
     FpRnnCfg c;
-    SolvePolicy pol;
 } RnCfg;
 
 typedef struct {
@@ -226,7 +169,6 @@ static int rn_init(void **cfg, const ModelCfg *c) {
         free(k);
         return rc;
     }
-    policy_init(&k->pol, c);
     *cfg = k;
     return IM_OK;
 }
@@ -271,11 +213,11 @@ static size_t rn_step_scratch(const void *cfg, int B) { return fp_rnn_step_scrat
 static int rn_fwd(const LmMixCtx *x, const void *w, float *y, const float *xin, float *cache, float *scratch, int B,
                   int T) {
     const RnCfg *k = x->cfg;
-    FpoOpts o = policy_opts(&k->pol, x->m);
+    FpoOpts o = lm_fp_solver_opts(x->m, 0);
     FpMambaStats st = {0};
     int rc = fp_rnn_fwd(&k->c, &((const RnW *)w)->w, y, xin, &o, &st, cache, scratch, B, T);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, o.cap, x->m->training ? "fp train" : "fp eval");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, x->m->training ? "fp train" : "fp eval");
     return IM_OK;
 }
 
@@ -293,9 +235,10 @@ static int rn_step(const LmMixCtx *x, const void *w, float *y, const float *xin,
                    int B) {
     const RnCfg *k = x->cfg;
     FpMambaStats st = {0};
-    int rc = fp_rnn_step(&k->c, &((const RnW *)w)->w, y, xin, state, &k->pol.eval, &st, scratch, B);
+    FpoOpts o = lm_fp_solver_opts(x->m, 1);
+    int rc = fp_rnn_step(&k->c, &((const RnW *)w)->w, y, xin, state, &o, &st, scratch, B);
     if (rc) return err_wrap(rc, "layer %d", x->layer);
-    note_stats(x, &st, k->pol.eval.cap, "fp sequential");
+    lm_fp_note_stats(x, st.iters, st.best_max, o.cap, "fp sequential");
     return IM_OK;
 }
 

@@ -31,6 +31,7 @@ typedef struct {
     void *kcfg;                /* the kind's hyperparameters */
     char *w_off, *w, *dw;      /* (n_layer) weight structs: offsets, into θ, into dθ */
     size_t *norm_off;          /* (n_layer) offsets of backbone.layers.<l>.norm.weight */
+    double *layer_stat;        /* (2 n_layer) per-layer diagnostics of the kinds (LmMixCtx) */
     int bound;
     Arena acts;
     LmEnds ends;
@@ -51,7 +52,7 @@ static void *wl(const LmResid *lm, char *base, int l) { return base + (size_t)l 
 
 static LmMixCtx ctx_of(Model *m, int l) {
     LmResid *lm = m->impl;
-    return (LmMixCtx){m, lm->kcfg, l};
+    return (LmMixCtx){m, lm->kcfg, l, lm->layer_stat};
 }
 
 /* ---- build, bind, init ------------------------------------------------------------------------ */
@@ -72,6 +73,7 @@ int lm_resid_build(Model *m) {
     lm->w = xcalloc((size_t)L, kind->w_size);
     lm->dw = xcalloc((size_t)L, kind->w_size);
     lm->norm_off = xcalloc((size_t)L, sizeof *lm->norm_off);
+    lm->layer_stat = xcalloc(2 * (size_t)L, sizeof *lm->layer_stat);
     ptab_add(&m->tab, EMB_NAME, INIT_NORMAL, (float)c->emb_init_std, 0, 1, 2, m->V, D);
     char name[PARAM_NAME_LEN];
     for (int l = 0; l < L; l++) {
@@ -239,6 +241,7 @@ void lm_resid_free(Model *m) {
     free(lm->w);
     free(lm->dw);
     free(lm->norm_off);
+    free(lm->layer_stat);
     free(lm);
     m->impl = NULL;
 }

@@ -33,6 +33,8 @@ typedef struct {
     Model *m;          /* the model: training flag, rng, cfg, fp_* diagnostics, train_step */
     const void *cfg;   /* the kind's hyperparameters (from init) */
     int layer;         /* 0 .. n_layer-1 */
+    double *layer_stat;/* (2·n_layer) scratch for per-layer diagnostics (fixed-point kinds: solver
+                        * iterations, for their median over layers) */
 } LmMixCtx;
 
 /* Weight structs of a kind hold pointers into θ (or dθ). While the table is built they hold
