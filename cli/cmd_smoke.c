@@ -13,13 +13,26 @@
 
 typedef struct {
     const char *model;
-    const char *args[16];
+    double step_tol; /* step vs parallel logits; 0 = not compared (below) */
+    const char *args[20];
 } SmokeCase;
 
+/* Fixed-point RNNs: the training forward here stops at ℓ_max (16) or the batch quantile, while a
+ * step solves each token to the evaluation criterion, and at initialisation the map is only
+ * borderline contractive (Householder α = 1/2), so the two need not agree: their step path is
+ * compared with the converged parallel solve in tests/test_fp_*.c on contractive configurations,
+ * and only run here. */
 static const SmokeCase CASES[] = {
-    {"mamba2", {"d_model", "64", "n_layer", "2", "d_state", "16", "headdim", "16", "vocab_size", "64", NULL}},
-    {"llama", {"d_model", "64", "n_layer", "2", "n_head", "4", "d_inner", "256", "vocab_size", "64", NULL}},
-    {"lstm", {"d_model", "64", "n_layer", "2", "vocab_size", "64", NULL}},
+    {"mamba2", 1e-4, {"d_model", "64", "n_layer", "2", "d_state", "16", "headdim", "16", "vocab_size", "64", NULL}},
+    {"llama", 1e-4, {"d_model", "64", "n_layer", "2", "n_head", "4", "d_inner", "256", "vocab_size", "64", NULL}},
+    {"lstm", 1e-4, {"d_model", "64", "n_layer", "2", "vocab_size", "64", NULL}},
+    {"mamba1", 1e-4, {"d_model", "64", "n_layer", "2", "d_state", "16", "vocab_size", "64", NULL}},
+    {"gated_deltanet", 1e-4, {"d_model", "64", "n_layer", "2", "n_head", "2", "delta_head_dim", "16", "vocab_size", "64", NULL}},
+    {"deltanet", 1e-4, {"d_model", "64", "n_layer", "2", "n_head", "2", "delta_head_dim", "16", "n_householder", "2",
+                        "vocab_size", "64", NULL}},
+    {"fp_mamba", 0, {"d_model", "64", "n_layer", "1", "mixer_type", "kronecker", "vocab_size", "64", NULL}},
+    {"fp_mamba2", 0, {"d_model", "64", "n_layer", "1", "headdim", "32", "d_state", "16", "vocab_size", "64", NULL}},
+    {"fp_rnn", 0, {"d_model", "64", "n_layer", "1", "vocab_size", "64", NULL}},
 };
 
 static int run_case(const SmokeCase *sc, const char *dir, int B, int T) {
@@ -67,10 +80,12 @@ static int run_case(const SmokeCase *sc, const char *dir, int B, int T) {
         rc = model_fwd(&m2, ids, tg, B, T, &loss2);
         model_free(&m2);
     }
-    int ok = !rc && fabs(loss - logf((float)c.vocab_size)) < 0.5 && isfinite(gn) && gn > 0 && err < 1e-4 &&
-             loss == loss2;
-    printf("| %-7s | %9zu | %7.4f | %5.3f | %9.2e | %8.2e | %-8s | %7.1f | %s\n", sc->model, ptab_count(&m.tab), loss,
-           logf((float)c.vocab_size), gn, err, loss == loss2 ? "bitexact" : "DIFFERS", (t1 - t0) * 1e3,
+    int ok = !rc && fabs(loss - logf((float)c.vocab_size)) < 0.5 && isfinite(gn) && gn > 0 &&
+             (sc->step_tol == 0 ? isfinite(err) : err < sc->step_tol) && loss == loss2;
+    char errs[32];
+    snprintf(errs, sizeof errs, sc->step_tol > 0 ? "%8.2e" : "%8.2e*", err);
+    printf("| %-14s | %9zu | %7.4f | %5.3f | %9.2e | %-9s | %-8s | %10.1f | %s\n", sc->model, ptab_count(&m.tab), loss,
+           logf((float)c.vocab_size), gn, errs, loss == loss2 ? "bitexact" : "DIFFERS", (t1 - t0) * 1e3,
            rc ? err_msg() : ok ? "ok" : "FAIL");
     model_free(&m);
     free(ids); free(tg); free(col); free(logits); free(ref);
@@ -82,10 +97,11 @@ int cmd_smoke(int argc, char **argv) {
     char tmp[] = "/tmp/implicit-smoke-XXXXXX";
     if (!dir && !(dir = mkdtemp(tmp))) { perror("mkdtemp"); return 1; }
     printf("implicit smoke: B=2 T=16, checkpoints in %s\n", dir);
-    printf("| model   |    params |    loss |  ln V | grad norm | step err | reload   | fwd+bwd ms | status\n");
-    printf("|---------|-----------|---------|-------|-----------|----------|----------|------------|-------\n");
+    printf("| model          |    params |    loss |  ln V | grad norm | step err  | reload   | fwd+bwd ms | status\n");
+    printf("|----------------|-----------|---------|-------|-----------|-----------|----------|------------|-------\n");
     int bad = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) bad += run_case(&CASES[i], dir, 2, 16) != 0;
     printf("%s\n", bad ? "smoke: FAILED" : "smoke: all model families ok");
+    printf("* fixed-point RNN at initialisation: step path run, not compared (see cmd_smoke.c)\n");
     return bad ? 1 : 0;
 }
