@@ -8,10 +8,9 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 cd "$here"
-for g in gen_mamba2.py gen_llama.py gen_lstm.py gen_implicit.py; do
+for g in gen_mamba2.py gen_llama.py gen_lstm.py gen_implicit.py gen_mamba1.py gen_mixer.py gen_deltanet.py \
+         gen_fp_mamba.py; do
     echo "== $g"
     "$PYTHON" "$g"
 done
-echo "== gen_fp_mamba.py"
-"$PYTHON" gen_fp_mamba.py
 sha256sum ./*.safetensors
