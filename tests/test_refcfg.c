@@ -325,7 +325,7 @@ static void test_rejections(void) {
         {AT_SOLVER, "\"f_solver\": \"broyden\", ", "'deq_params.solver.f_solver'", NULL},
         {AT_SOLVER, "\"b_solver\": \"broyden\", ", "'deq_params.solver.b_solver'", NULL},
         {AT_SOLVER, "\"f_stop_mode\": \"max\", ", "'deq_params.solver.f_stop_mode'", NULL},
-        {AT_REG, "\"jac_loss_weight\": 1.0, \"jac_loss_freq\": 0.5, ", "'deq_params.regularization.jac_loss_weight'", "Jacobian"},
+        {AT_REG, "\"jac_loss_weight\": 1.0, \"jac_loss_freq\": 1.5, ", "'deq_params.regularization.jac_loss_weight'", "jac_loss_freq"},
         /* cross-key */
         {AT_TOP, "\"n_tokens\": 240, \"vocab_size\": 250, ", "'n_tokens'", "'vocab_size'"},
         {AT_TOP, "\"pad_vocab\": true, \"pad_vocab_size_multiple\": 0, ", "'pad_vocab_size_multiple'", NULL},
@@ -411,6 +411,21 @@ static void test_accepted(void) {
         c.m.vocab_size = 10;   /* `implicit train` takes it from the task */
         TH_CHECK(cfg_validate(&c.m) == IM_OK, "accepted case %zu validates: %s", i, err_msg());
     }
+}
+
+/* Jacobian regularisation maps onto jac_weight / jac_freq; a zero frequency means off. */
+static void test_jac(void) {
+    char buf[2048];
+    Cfgs c;
+    defaults(&c);
+    build(buf, sizeof buf, AT_REG, "\"jac_loss_weight\": 0.5, \"jac_loss_freq\": 0.25, ");
+    TH_CHECK(load_text(&c, buf, "jac.json") == IM_OK, "jac accepted: %s", err_msg());
+    EQ_F(c.m.jac_weight, 0.5);
+    EQ_F(c.m.jac_freq, 0.25);
+    defaults(&c);
+    build(buf, sizeof buf, AT_REG, "\"jac_loss_weight\": 0.5, \"jac_loss_freq\": 0.0, ");
+    TH_CHECK(load_text(&c, buf, "jac0.json") == IM_OK, "jac freq 0 accepted: %s", err_msg());
+    EQ_F(c.m.jac_weight, 0.0);
 }
 
 /* Noise keys (spec 7) map onto ours; absent means off (not the reference's 20 dB default). */
@@ -502,6 +517,7 @@ int main(void) {
     test_rejections();
     test_accepted();
     test_noise();
+    test_jac();
     test_flat_configs();
     test_targets();
     return th_done();

@@ -195,8 +195,8 @@ static const RefKey KEYS[] = {
     {SEC_NORM, "norm_clip_val", RT_NUM, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL}, /* misspelled in REF: ignored (12-B11) */
     {SEC_NORM, "sn_n_power_iters", RT_INT, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL}, /* spectral norm only */
     /* deq_params.regularization */
-    {SEC_REG, "jac_loss_weight", RT_NUM, 0, RC_DERIVED, NULL, "0", CK_ANY, NULL, NULL},
-    {SEC_REG, "jac_loss_freq", RT_NUM, 0, RC_DERIVED, NULL, "0", CK_ANY, NULL, NULL},
+    {SEC_REG, "jac_loss_weight", RT_NUM, 0, RC_DERIVED, "jac_weight", "0", CK_ANY, NULL, NULL},
+    {SEC_REG, "jac_loss_freq", RT_NUM, 0, RC_DERIVED, "jac_freq", "0", CK_ANY, NULL, NULL},
     {SEC_REG, "jac_incremental", RT_ANY, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL}, /* unused by REF */
     {SEC_REG, "sradius_mode", RT_BOOL, 0, RC_INERT, NULL, NULL, CK_ANY, NULL, NULL},  /* forced off by REF */
 };
@@ -532,8 +532,9 @@ static int derive(Ctx *x) {
     emit(x, "ift", r_ift, "%d", get_bool(x, r_ift) || get_bool(x, r_hook));
     /* REF computes the Jacobian loss only when weight > 0 and a uniform draw < freq */
     int r_jw = row(SEC_REG, "jac_loss_weight"), r_jf = row(SEC_REG, "jac_loss_freq");
-    if (get_num(x, r_jw) > 0 && get_num(x, r_jf) > 0)
-        return bad_pair(x, r_jw, r_jf, "Jacobian regularisation is not implemented (set jac_loss_weight to 0)");
+    if (!(get_num(x, r_jf) >= 0 && get_num(x, r_jf) <= 1)) return bad_pair(x, r_jw, r_jf, "jac_loss_freq must be in [0, 1]");
+    emit(x, "jac_weight", r_jw, "%.17g", get_num(x, r_jf) > 0 ? get_num(x, r_jw) : 0.0);
+    emit(x, "jac_freq", r_jf, "%.17g", get_num(x, r_jf));
     /* the GPT-2 out_proj rescale matches parameter names, which weight norm renames in implicit
      * models (spec 12-B1): it happens iff requested and not (implicit and weight-normalised) */
     int r_rs = row(SEC_INIT, "rescale_prenorm_residual");

@@ -61,6 +61,8 @@ static int deq_validate(const ModelCfg *c) {
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
     if (c->anderson_m < 1 || c->anderson_m > 16) BAD("config key 'anderson_m': %d out of range 1..16", c->anderson_m);
     if (!(c->anderson_lambda >= 0)) BAD("config key 'anderson_lambda' must be >= 0");
+    if (!(c->jac_weight >= 0)) BAD("config key 'jac_weight' must be >= 0");
+    if (!(c->jac_freq >= 0 && c->jac_freq <= 1)) BAD("config key 'jac_freq' must be in [0, 1]");
     return IM_OK;
 }
 

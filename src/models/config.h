@@ -102,7 +102,9 @@
     X(INT, seq_warm_start, 0, "sequential mode: start each token's solve from the previous token's z*") \
     X(STR, seq_solver, "loop", "sequential mode solver: loop (the reference's damped loop) | anderson") \
     X(INT, anderson_m, 6, "Anderson history size")                                                 \
-    X(FLOAT, anderson_lambda, 1e-4, "Anderson Tikhonov regularisation")
+    X(FLOAT, anderson_lambda, 1e-4, "Anderson Tikhonov regularisation")                            \
+    X(FLOAT, jac_weight, 0.0, "Jacobian regularisation: loss += w ||eps^T df/dz||^2 / numel at z* (0 = off)") \
+    X(FLOAT, jac_freq, 1.0, "Jacobian regularisation: probability that a training step computes it")
 
 typedef struct {
     MODEL_CFG_KEYS(KEY_FIELD)

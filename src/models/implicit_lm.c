@@ -14,8 +14,14 @@
  *
  * Weight norm (§6): every backbone Linear / Conv1d weight is stored as (weight_g, weight_v); the
  * effective weights live in a separate block with the explicit models' layout, refreshed once
- * per forward; its gradient is mapped back to g and v once per backward. Out of scope here:
- * Jacobian regularisation, noise injection (§7).
+ * per forward; its gradient is mapped back to g and v once per backward.
+ *
+ * Jacobian regularisation (torchdeq jac_reg, the reference's jac_loss_weight / jac_loss_freq):
+ * R = w·‖εᵀJ‖²/numel with J = ∂f/∂z at z* (detached, as torchdeq) and one Gaussian ε (Hutchinson).
+ * Its parameter gradient is a mixed second derivative, which a hand-written backward does not
+ * have; with v = Jᵀε held fixed, ∇θ ‖Jᵀε‖² = 2 ∇θ ⟨ε, J v⟩ and J v = (f(z*+hv) − f(z*−hv))/2h + O(h²),
+ * so it costs three cached f calls and three backward passes, and is accurate to O(h²)
+ * (tests/test_implicit.c checks it against finite differences of R). Noise injection is §7's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -505,6 +511,42 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     return rc;
 }
 
+/* jac_freq: the step computes the regulariser with this probability (a pure function of the step,
+ * so a resumed run makes the same draws). */
+static int jac_due(const Model *m) {
+    if (m->cfg.jac_freq >= 1) return 1;
+    uint64_t h = rng_hash(0x6a6163, (uint64_t)m->train_step, 0);
+    return (double)(h >> 11) * 0x1.0p-53 < m->cfg.jac_freq;
+}
+
+/* The Jacobian regulariser's value (m->jac_loss) and parameter gradient (deff, du +=), see the top. */
+static void jac_reg_bwd(Model *m, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t MD = (size_t)B * T * im->D;
+    const float *zstar = im->zs;
+    float *eps = im->dz2, *v = im->dz, *fo = im->hbuf, *zp = im->hbuf + MD, *slot = im->fcache;
+    for (size_t i = 0; i < MD; i++) eps[i] = rng_normal(&m->rng);
+    f_fwd(m, fo, zstar, slot, B, T);
+    memset(v, 0, MD * sizeof(float));
+    f_bwd(m, v, eps, slot, 0, B, T); /* v = Jᵀε */
+    double vv = 0, zz = 0;
+    for (size_t i = 0; i < MD; i++) vv += (double)v[i] * v[i], zz += (double)zstar[i] * zstar[i];
+    double c = m->cfg.jac_weight / (double)MD;
+    m->jac_loss = c * vv;
+    if (!(vv > 0) || !isfinite(vv)) return;
+    /* step: the perturbation's rms is 1e-3 of z*'s; at least 1e-5 absolute, for z* near 0, where
+     * the pre-norms' curvature scale is sqrt(norm_eps) ≈ 3e-3 */
+    double h = 1e-3 * fmax(sqrt(zz / MD), 1e-2) / sqrt(vv / MD);
+    for (int side = 0; side < 2; side++) {
+        float sg = side ? -1.0f : 1.0f;
+        for (size_t i = 0; i < MD; i++) zp[i] = zstar[i] + sg * (float)h * v[i];
+        f_fwd(m, fo, zp, slot, B, T);
+        /* ∇θ of (c/h)·⟨ε, f(z*+hv)⟩ − (c/h)·⟨ε, f(z*−hv)⟩ */
+        k_axpby(fo, sg * (float)(c / h), eps, 0.0f, MD);
+        f_bwd(m, NULL, fo, slot, 1, B, T);
+    }
+}
+
 static void bwd(Model *m) {
     ImplicitLm *im = m->impl;
     int B = m->B, T = m->T, M = B * T;
@@ -537,6 +579,8 @@ static void bwd(Model *m) {
             f_bwd(m, i > 0 ? im->dz : NULL, im->dz2, im->fcache + (size_t)i * im->fcache_per, 1, B, T);
         }
     }
+    m->jac_loss = 0;
+    if (m->cfg.jac_weight > 0 && im->mode != MODE_UNROLLED && jac_due(m)) jac_reg_bwd(m, B, T);
     /* injection: u = Linear_inj(RMSNorm_inj(x0)) */
     memset(im->dxn, 0, MD * sizeof(float));
     k_linear_bwd(im->dxn, im->deff + im->o_inj_w, im->deff + im->o_inj_b, im->du, im->xn_inj, eff_at(im, im->o_inj_w), M,

@@ -343,6 +343,7 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
         json_buf_key(&b, "phase"); json_buf_str(&b, t->model.fp_phase);
         json_buf_key(&b, "fp_iters"); json_buf_num(&b, t->model.fp_iters);
         if (t->model.fp_iters_median > 0) { json_buf_key(&b, "fp_iters_median"); json_buf_num(&b, t->model.fp_iters_median); }
+        if (t->model.jac_loss > 0) { json_buf_key(&b, "jac_loss"); json_buf_num(&b, t->model.jac_loss); }
         json_buf_key(&b, "fp_rel_res"); json_buf_num(&b, t->model.fp_res);
         json_buf_key(&b, "fp_rel_res_max"); json_buf_num(&b, t->model.fp_res_max);
         json_buf_key(&b, "fp_step_max"); json_buf_num(&b, t->model.fp_step_max);
