@@ -11,83 +11,56 @@
  */
 #include "th.h"
 #include "gradcheck.h"
+#include "fp_testutil.h"
 #include "../src/kernels/kernels.h"
 #include "../src/layers/fp_mamba.h"
-#include "../src/models/ckpt.h"
-#include "../src/models/model.h"
+
+#define DM 6 /* d_model of the layer tests */
 
 typedef struct {
+    FptCase b; /* tensors, inputs and buffers (fp_testutil.h) */
     FpMambaCfg c;
-    ParamTable t;
-    float *theta, *dtheta, *eff, *deff;
     FpMambaW w, dw;
-    int B, T;
-    float *u, *du, *ystar, *R, *out, *cache, *scratch;
 } Case;
 
 static void case_init(Case *k, const char *mixer, int rank, int h_dep, int symm, int conv, int glu, int n_back,
                       int B, int T, uint64_t seed) {
     memset(k, 0, sizeof *k);
-    int rc = fp_mamba_cfg_init(&k->c, 6, 2, 4, 2, 4, conv, h_dep, symm, 1, glu, n_back, 1e-5f, mixer, rank, "silu",
+    int rc = fp_mamba_cfg_init(&k->c, DM, 2, 4, 2, 4, conv, h_dep, symm, 1, glu, n_back, 1e-5f, mixer, rank, "silu",
                                -1, "column-wise");
     CHECK(rc == IM_OK, "cfg: %s", err_msg());
-    k->B = B;
-    k->T = T;
-    ptab_init(&k->t);
-    fp_mamba_add_params(&k->c, &k->t, "L", 1.0f);
-    k->theta = th_alloc(k->t.total);
-    k->dtheta = th_alloc(k->t.total);
-    size_t ne = fp_mamba_eff_floats(&k->c);
-    k->eff = th_alloc(ne);
-    k->deff = th_alloc(ne);
-    ptab_init_values(&k->t, k->theta, seed);
-    fp_mamba_bind(&k->c, &k->w, &k->t, k->theta, "L", k->eff);
-    fp_mamba_bind(&k->c, &k->dw, &k->t, k->dtheta, "L", k->deff);
+    ptab_init(&k->b.t);
+    fp_mamba_add_params(&k->c, &k->b.t, "L", 1.0f);
+    fpt_case_params(&k->b, fp_mamba_eff_floats(&k->c), seed);
+    fp_mamba_bind(&k->c, &k->w, &k->b.t, k->b.theta, "L", k->b.eff);
+    fp_mamba_bind(&k->c, &k->dw, &k->b.t, k->b.dtheta, "L", k->b.deff);
     fp_mamba_post_init(&k->c, &k->w);
-    /* move every tensor off its init values so that no gradient is trivially symmetric */
-    Rng r;
-    rng_seed(&r, seed, 5);
-    for (int i = 0; i < k->t.n; i++) {
-        const ParamInfo *p = &k->t.p[i];
-        for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] += 0.1f * rng_normal(&r);
-    }
+    fpt_case_inputs(&k->b, B, T, DM, k->c.E, fp_mamba_cache_floats(&k->c, B, T), fp_mamba_scratch_floats(&k->c, B, T),
+                    seed);
     fp_mamba_refresh(&k->c, &k->w);
-    size_t M = (size_t)B * T;
-    k->u = th_alloc(M * 6);
-    k->du = th_alloc(M * 6);
-    k->ystar = th_alloc(M * k->c.E);
-    k->R = th_alloc(M * 6);
-    k->out = th_alloc(M * 6);
-    k->cache = th_alloc(fp_mamba_cache_floats(&k->c, B, T));
-    k->scratch = th_alloc(fp_mamba_scratch_floats(&k->c, B, T));
-    th_fill_normal(k->u, M * 6, &r, 1.0f);
-    th_fill_normal(k->ystar, M * k->c.E, &r, 1.0f);
-    th_fill_uniform(k->R, M * 6, &r, -1, 1);
 }
 
 static void case_free(Case *k) {
     fp_mamba_unbind(&k->w);
     fp_mamba_unbind(&k->dw);
-    ptab_free(&k->t);
-    free(k->theta); free(k->dtheta); free(k->eff); free(k->deff);
-    free(k->u); free(k->du); free(k->ystar); free(k->R); free(k->out); free(k->cache); free(k->scratch);
+    fpt_case_free(&k->b);
 }
 
 static double loss_at(void *ctx) {
     Case *k = ctx;
+    FptCase *b = &k->b;
     fp_mamba_refresh(&k->c, &k->w);
-    CHECK(fp_mamba_fwd_at(&k->c, &k->w, k->out, k->u, k->ystar, NULL, k->scratch, k->B, k->T) == IM_OK, "fwd");
-    double s = 0;
-    for (size_t i = 0; i < (size_t)k->B * k->T * 6; i++) s += (double)k->out[i] * k->R[i];
-    return s;
+    CHECK(fp_mamba_fwd_at(&k->c, &k->w, b->out, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
+    return fpt_loss(b);
 }
 
 static void bwd_at(void *ctx) {
     Case *k = ctx;
+    FptCase *b = &k->b;
     fp_mamba_refresh(&k->c, &k->w);
-    memset(k->deff, 0, fp_mamba_eff_floats(&k->c) * sizeof(float));
-    CHECK(fp_mamba_fwd_at(&k->c, &k->w, k->out, k->u, k->ystar, k->cache, k->scratch, k->B, k->T) == IM_OK, "fwd");
-    fp_mamba_bwd(&k->c, &k->w, &k->dw, k->du, k->R, k->u, k->cache, k->scratch, k->B, k->T);
+    memset(b->deff, 0, b->neff * sizeof(float));
+    CHECK(fp_mamba_fwd_at(&k->c, &k->w, b->out, b->u, b->ystar, b->cache, b->scratch, b->B, b->T) == IM_OK, "fwd");
+    fp_mamba_bwd(&k->c, &k->w, &k->dw, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
     fp_mamba_wn_bwd(&k->c, &k->w, &k->dw);
 }
 
@@ -95,39 +68,27 @@ static void test_grad(const char *name, const char *mixer, int rank, int h_dep, 
                       int n_back, float h) {
     Case k;
     case_init(&k, mixer, rank, h_dep, symm, conv, glu, n_back, 2, 5, 11);
-    GradCase gc = {.name = name, .loss = loss_at, .bwd = bwd_at, .ctx = &k, .h = h, .tol = 2e-2};
-    add_tensor(&gc, "theta", k.theta, k.dtheta, k.t.total, 120);
-    add_tensor(&gc, "u", k.u, k.du, (size_t)k.B * k.T * 6, 20);
-    Rng r;
-    rng_seed(&r, 3, 3);
-    run_grad_case(&gc, &r);
+    fpt_grad_check(name, &k.b, loss_at, bwd_at, &k, h, 120);
     case_free(&k);
-}
-
-static void set_by_name(Case *k, const char *part1, const char *part2, float v) {
-    for (int i = 0; i < k->t.n; i++) {
-        const ParamInfo *p = &k->t.p[i];
-        if (strstr(p->name, part1) && strstr(p->name, part2))
-            for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] = v;
-    }
 }
 
 /* spec §10: identity mixer and W_bc = 0 make f constant in y */
 static void test_constant_map(void) {
     Case k;
     case_init(&k, "householder", 1, 1, 0, 0, 0, 1, 3, 6, 12);
-    set_by_name(&k, "proj_alpha", "weight_g", 0.0f); /* no input dependence of α ... */
-    set_by_name(&k, "proj_alpha", "bias", -60.0f);   /* ... and α = σ(−60) ≈ 1e-26: Q = I */
-    set_by_name(&k, "bc_proj", "weight_g", 0.0f); /* W_bc = 0 */
+    FptCase *b = &k.b;
+    fpt_set_by_name(b, "proj_alpha", "weight_g", 0.0f); /* no input dependence of α ... */
+    fpt_set_by_name(b, "proj_alpha", "bias", -60.0f);   /* ... and α = σ(−60) ≈ 1e-26: Q = I */
+    fpt_set_by_name(b, "bc_proj", "weight_g", 0.0f); /* W_bc = 0 */
     fp_mamba_refresh(&k.c, &k.w);
     FpoOpts o;
     fpo_opts_default(&o);
     FpMambaStats st;
-    float *out2 = th_alloc((size_t)k.B * k.T * 6);
-    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, k.out, k.u, &o, &st, NULL, k.scratch, k.B, k.T) == IM_OK, "fwd");
+    float *out2 = th_alloc((size_t)b->B * b->T * DM);
+    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, b->out, b->u, &o, &st, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
     TH_CHECK(st.iters == 2, "constant map stops after 2 evaluations (got %d)", st.iters);
-    TH_CHECK(fp_mamba_fwd_at(&k.c, &k.w, out2, k.u, k.ystar, NULL, k.scratch, k.B, k.T) == IM_OK, "fwd_at");
-    TH_CLOSE(k.out, out2, (size_t)k.B * k.T * 6, 1e-5, "graded step returns F from any Y*");
+    TH_CHECK(fp_mamba_fwd_at(&k.c, &k.w, out2, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd_at");
+    TH_CLOSE(b->out, out2, (size_t)b->B * b->T * DM, 1e-5, "graded step returns F from any Y*");
     free(out2);
     case_free(&k);
 }
@@ -138,8 +99,8 @@ static void test_sequential(const char *mixer, int rank, int conv, int glu) {
     int B = 3, T = 7;
     case_init(&k, mixer, rank, 1, 0, conv, glu, 1, B, T, 21);
     /* a contractive map: a fixed point to compare at, reached to float precision */
-    set_by_name(&k, "proj_alpha", "bias", -2.0f);
-    set_by_name(&k, "proj_d", "bias", -2.0f);
+    fpt_set_by_name(&k.b, "proj_alpha", "bias", -2.0f);
+    fpt_set_by_name(&k.b, "proj_d", "bias", -2.0f);
     fp_mamba_refresh(&k.c, &k.w);
     FpoOpts o;
     fpo_opts_default(&o);
@@ -147,20 +108,20 @@ static void test_sequential(const char *mixer, int rank, int conv, int glu) {
     o.cap = 1000;
     o.thr = 1e-5;
     FpMambaStats st;
-    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, k.out, k.u, &o, &st, NULL, k.scratch, B, T) == IM_OK, "fwd");
+    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, k.b.out, k.b.u, &o, &st, NULL, k.b.scratch, B, T) == IM_OK, "fwd");
     TH_CHECK(st.converged, "%s: parallel solve converged (%d iterations, residual %g)", mixer, st.iters, st.best_max);
     float *state = th_alloc(fp_mamba_state_floats(&k.c, B));
     float *ss = th_alloc(fp_mamba_step_scratch_floats(&k.c, B));
-    float *ut = th_alloc((size_t)B * 6), *ot = th_alloc((size_t)B * 6), *seq = th_alloc((size_t)B * T * 6);
+    float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
     FpMambaStats sst = {0};
     for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) memcpy(ut + b * 6, k.u + ((size_t)b * T + t) * 6, 6 * sizeof(float));
+        fpt_get_token(ut, k.b.u, B, T, t, DM);
         TH_CHECK(fp_mamba_step(&k.c, &k.w, ot, ut, state, &o, &sst, ss, B) == IM_OK, "step");
-        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * 6, ot + b * 6, 6 * sizeof(float));
+        fpt_put_token(seq, ot, B, T, t, DM);
     }
     char nm[64];
     snprintf(nm, sizeof nm, "%s conv %d glu %d: sequential == parallel", mixer, conv, glu);
-    TH_CLOSE(seq, k.out, (size_t)B * T * 6, 1e-3, nm);
+    TH_CLOSE(seq, k.b.out, (size_t)B * T * DM, 1e-3, nm);
     TH_CHECK(sst.tokens == T && sst.iters >= T, "per-token iterations counted (%d over %d)", sst.iters, sst.tokens);
     free(state); free(ss); free(ut); free(ot); free(seq);
     case_free(&k);
@@ -169,22 +130,23 @@ static void test_sequential(const char *mixer, int rank, int conv, int glu) {
 static void test_threads(void) {
     Case k;
     case_init(&k, "kronecker", 1, 1, 0, 1, 0, 2, 4, 9, 31);
-    float *o1 = th_alloc((size_t)4 * 9 * 6), *d1 = th_alloc(k.t.total);
+    FptCase *b = &k.b;
+    float *o1 = th_alloc((size_t)4 * 9 * DM), *d1 = th_alloc(b->t.total);
     FpoOpts o;
     fpo_opts_default(&o);
     k_set_threads(1);
-    memset(k.dtheta, 0, k.t.total * sizeof(float));
-    memset(k.deff, 0, fp_mamba_eff_floats(&k.c) * sizeof(float));
-    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, o1, k.u, &o, NULL, k.cache, k.scratch, 4, 9) == IM_OK, "fwd");
-    fp_mamba_bwd(&k.c, &k.w, &k.dw, k.du, k.R, k.u, k.cache, k.scratch, 4, 9);
-    memcpy(d1, k.dtheta, k.t.total * sizeof(float));
+    memset(b->dtheta, 0, b->t.total * sizeof(float));
+    memset(b->deff, 0, b->neff * sizeof(float));
+    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, o1, b->u, &o, NULL, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
+    fp_mamba_bwd(&k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
+    memcpy(d1, b->dtheta, b->t.total * sizeof(float));
     k_set_threads(2);
-    memset(k.dtheta, 0, k.t.total * sizeof(float));
-    memset(k.deff, 0, fp_mamba_eff_floats(&k.c) * sizeof(float));
-    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, k.out, k.u, &o, NULL, k.cache, k.scratch, 4, 9) == IM_OK, "fwd");
-    fp_mamba_bwd(&k.c, &k.w, &k.dw, k.du, k.R, k.u, k.cache, k.scratch, 4, 9);
-    TH_CHECK(!memcmp(o1, k.out, (size_t)4 * 9 * 6 * sizeof(float)), "forward bit-identical at 1 and 2 threads");
-    TH_CHECK(!memcmp(d1, k.dtheta, k.t.total * sizeof(float)), "gradients bit-identical at 1 and 2 threads");
+    memset(b->dtheta, 0, b->t.total * sizeof(float));
+    memset(b->deff, 0, b->neff * sizeof(float));
+    TH_CHECK(fp_mamba_fwd(&k.c, &k.w, b->out, b->u, &o, NULL, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
+    fp_mamba_bwd(&k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
+    TH_CHECK(!memcmp(o1, b->out, (size_t)4 * 9 * DM * sizeof(float)), "forward bit-identical at 1 and 2 threads");
+    TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "gradients bit-identical at 1 and 2 threads");
     free(o1); free(d1);
     case_free(&k);
 }
@@ -192,58 +154,29 @@ static void test_threads(void) {
 /* The fp_mamba LM (lm_resid + lm_fp.c): token-by-token logits equal the parallel ones at a tight
  * threshold, training diagnostics are set, a checkpoint round trip keeps the logits. */
 static void test_model(void) {
-    ModelCfg c;
-    cfg_defaults(&c);
     const char *kv[] = {"model", "fp_mamba", "vocab_size", "7", "d_model", "8", "n_layer", "2", "d_state", "4",
                         "fp_threshold", "1e-5", "fp_eval_cap", "3000", "mixer_type", "householder", "short_conv", "1", NULL};
-    for (int i = 0; kv[i]; i += 2) CHECK(cfg_set(&c, kv[i], kv[i + 1]) == IM_OK, "%s", err_msg());
     Model m;
-    TH_CHECK(model_create(&m, &c) == IM_OK, "create: %s", err_msg());
+    TH_CHECK(fpt_make_model(&m, kv) == IM_OK, "create: %s", err_msg());
     model_init_params(&m, 5);
-    /* At init α = σ(0) = 1/2 and Q = I − u uᵀ is only borderline contractive: the per-token and the
-     * whole-sequence solves may then settle on different points. A contractive Q (α ≈ 0.12) has
-     * one fixed point, which both modes must find. */
-    for (int i = 0; i < m.tab.n; i++)
-        if (strstr(m.tab.p[i].name, "proj_alpha.bias"))
-            for (size_t j = 0; j < m.tab.p[i].numel; j++) m.params[m.tab.p[i].offset + j] = -2;
-    int B = 2, T = 6, V = m.V;
-    int ids[12] = {1, 4, 2, 6, 0, 3, 5, 5, 1, 2, 4, 0}, tg[12];
-    for (int i = 0; i < 12; i++) tg[i] = (ids[i] + 1) % 7;
-    m.training = 0;
-    float loss;
-    TH_CHECK(model_fwd(&m, ids, tg, B, T, &loss) == IM_OK, "fwd: %s", err_msg());
-    TH_CHECK(m.fp_res_max < 1e-5 && m.fp_phase && !strcmp(m.fp_phase, "fp eval"), "eval solve converged (%g)", m.fp_res_max);
-    float *par = th_alloc((size_t)B * T * V), *seq = th_alloc((size_t)B * T * V), *lt = th_alloc((size_t)B * V);
-    memcpy(par, m.logits, (size_t)B * T * V * sizeof(float));
-    TH_CHECK(model_state_init(&m, B) == IM_OK, "state: %s", err_msg());
-    for (int t = 0; t < T; t++) {
-        int it[2] = {ids[t], ids[T + t]};
-        TH_CHECK(model_step(&m, it, lt) == IM_OK, "step: %s", err_msg());
-        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * V, lt + (size_t)b * V, V * sizeof(float));
-    }
-    TH_CLOSE(seq, par, (size_t)B * T * V, 1e-3, "model: sequential logits == parallel");
+    fpt_model_contractive(&m);
+    float *par = th_alloc((size_t)FPT_B * FPT_T * m.V);
+    fpt_model_seq_vs_par(&m, "fp_mamba", par);
     TH_CHECK(m.fp_iters >= 1, "sequential iterations per token %g", m.fp_iters);
     /* training forward + backward: finite loss, nonzero gradients, diagnostics */
+    int tg[FPT_B * FPT_T];
+    fpt_targets(tg);
+    float loss;
     m.training = 1;
     model_zero_grad(&m);
-    TH_CHECK(model_fwd(&m, ids, tg, B, T, &loss) == IM_OK && isfinite(loss), "training fwd");
+    TH_CHECK(model_fwd(&m, fpt_ids, tg, FPT_B, FPT_T, &loss) == IM_OK && isfinite(loss), "training fwd");
     model_bwd(&m);
     double gn = 0;
     for (size_t i = 0; i < m.tab.total; i++) gn += (double)m.grads[i] * m.grads[i];
     TH_CHECK(gn > 0 && isfinite(gn) && m.fp_step_max == 16 && m.fp_iters >= 1, "gradients %g, cap %g", gn, m.fp_step_max);
-    /* checkpoint round trip */
-    const char *path = "/tmp/implicit_test_fp_mamba.safetensors";
-    TH_CHECK(ckpt_save(&m, path, NULL) == IM_OK, "save: %s", err_msg());
-    Model m2;
-    TH_CHECK(ckpt_load(&m2, path, NULL) == IM_OK, "load: %s", err_msg());
-    m2.training = 0;
-    m.training = 0;
-    TH_CHECK(model_fwd(&m2, ids, tg, B, T, &loss) == IM_OK, "fwd after load");
-    TH_CHECK(!memcmp(m2.logits, par, (size_t)B * T * V * sizeof(float)), "logits identical after a checkpoint round trip");
-    remove(path);
-    model_free(&m2);
+    fpt_model_ckpt_roundtrip(&m, "fp_mamba", "/tmp/implicit_test_fp_mamba.safetensors", par);
     model_free(&m);
-    free(par); free(seq); free(lt);
+    free(par);
 }
 
 int main(void) {

@@ -16,11 +16,10 @@
  */
 #include "th.h"
 #include "gradcheck.h"
+#include "fp_testutil.h"
 #include "../src/kernels/kernels.h"
 #include "../src/layers/fp_mamba2.h"
 #include "../src/layers/fp_rnn.h"
-#include "../src/models/ckpt.h"
-#include "../src/models/model.h"
 #include "../src/train/optim.h"
 
 #define DM 6 /* d_model of the layer tests */
@@ -28,16 +27,12 @@
 /* ---- one case of either layer ------------------------------------------------------------------ */
 
 typedef struct {
-    int rnn; /* 0 = FPMamba2, 1 = FPRNN */
+    FptCase b; /* tensors, inputs and buffers (fp_testutil.h) */
+    int rnn;   /* 0 = FPMamba2, 1 = FPRNN */
     FpMamba2Cfg c2;
     FpRnnCfg cr;
     FpMamba2W w2, dw2;
     FpRnnW wr, dwr;
-    ParamTable t;
-    float *theta, *dtheta, *eff, *deff;
-    size_t neff;
-    int B, T, E;
-    float *u, *du, *ystar, *R, *out, *cache, *scratch;
 } Case;
 
 typedef struct {
@@ -59,46 +54,23 @@ static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
                  : fp_mamba2_cfg_init(&k->c2, DM, 2, 4, 4, 4, o.conv, o.h_dep, o.symm, o.glu, o.n_back, 1e-5f,
                                       o.mixer, o.rank, "silu", -1, o.kron_norm);
     CHECK(rc == IM_OK, "cfg: %s", err_msg());
-    k->B = B;
-    k->T = T;
-    k->E = 2 * DM;
-    ptab_init(&k->t);
-    if (rnn) fp_rnn_add_params(&k->cr, &k->t, "L", 1.0f);
-    else fp_mamba2_add_params(&k->c2, &k->t, "L", 1.0f);
-    k->theta = th_alloc(k->t.total);
-    k->dtheta = th_alloc(k->t.total);
-    k->neff = rnn ? fp_rnn_eff_floats(&k->cr) : fp_mamba2_eff_floats(&k->c2);
-    k->eff = th_alloc(k->neff);
-    k->deff = th_alloc(k->neff);
-    ptab_init_values(&k->t, k->theta, seed);
+    FptCase *b = &k->b;
+    ptab_init(&b->t);
+    if (rnn) fp_rnn_add_params(&k->cr, &b->t, "L", 1.0f);
+    else fp_mamba2_add_params(&k->c2, &b->t, "L", 1.0f);
+    fpt_case_params(b, rnn ? fp_rnn_eff_floats(&k->cr) : fp_mamba2_eff_floats(&k->c2), seed);
     if (rnn) {
-        fp_rnn_bind(&k->cr, &k->wr, &k->t, k->theta, "L", k->eff);
-        fp_rnn_bind(&k->cr, &k->dwr, &k->t, k->dtheta, "L", k->deff);
+        fp_rnn_bind(&k->cr, &k->wr, &b->t, b->theta, "L", b->eff);
+        fp_rnn_bind(&k->cr, &k->dwr, &b->t, b->dtheta, "L", b->deff);
         fp_rnn_post_init(&k->cr, &k->wr);
     } else {
-        fp_mamba2_bind(&k->c2, &k->w2, &k->t, k->theta, "L", k->eff);
-        fp_mamba2_bind(&k->c2, &k->dw2, &k->t, k->dtheta, "L", k->deff);
+        fp_mamba2_bind(&k->c2, &k->w2, &b->t, b->theta, "L", b->eff);
+        fp_mamba2_bind(&k->c2, &k->dw2, &b->t, b->dtheta, "L", b->deff);
         fp_mamba2_post_init(&k->c2, &k->w2);
     }
-    /* move every tensor off its init values so that no gradient is trivially symmetric */
-    Rng r;
-    rng_seed(&r, seed, 5);
-    for (int i = 0; i < k->t.n; i++) {
-        const ParamInfo *p = &k->t.p[i];
-        for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] += 0.1f * rng_normal(&r);
-    }
+    fpt_case_inputs(b, B, T, DM, 2 * DM, rnn ? fp_rnn_cache_floats(&k->cr, B, T) : fp_mamba2_cache_floats(&k->c2, B, T),
+                    rnn ? fp_rnn_scratch_floats(&k->cr, B, T) : fp_mamba2_scratch_floats(&k->c2, B, T), seed);
     refresh(k);
-    size_t M = (size_t)B * T;
-    k->u = th_alloc(M * DM);
-    k->du = th_alloc(M * DM);
-    k->ystar = th_alloc(M * k->E);
-    k->R = th_alloc(M * DM);
-    k->out = th_alloc(M * DM);
-    k->cache = th_alloc(rnn ? fp_rnn_cache_floats(&k->cr, B, T) : fp_mamba2_cache_floats(&k->c2, B, T));
-    k->scratch = th_alloc(rnn ? fp_rnn_scratch_floats(&k->cr, B, T) : fp_mamba2_scratch_floats(&k->c2, B, T));
-    th_fill_normal(k->u, M * DM, &r, 1.0f);
-    th_fill_normal(k->ystar, M * k->E, &r, 1.0f);
-    th_fill_uniform(k->R, M * DM, &r, -1, 1);
 }
 
 static void case_free(Case *k) {
@@ -109,27 +81,28 @@ static void case_free(Case *k) {
         fp_mamba2_unbind(&k->w2);
         fp_mamba2_unbind(&k->dw2);
     }
-    ptab_free(&k->t);
-    free(k->theta); free(k->dtheta); free(k->eff); free(k->deff);
-    free(k->u); free(k->du); free(k->ystar); free(k->R); free(k->out); free(k->cache); free(k->scratch);
+    fpt_case_free(&k->b);
 }
 
 static int fwd_at(Case *k, float *out, float *cache) {
-    return k->rnn ? fp_rnn_fwd_at(&k->cr, &k->wr, out, k->u, k->ystar, cache, k->scratch, k->B, k->T)
-                  : fp_mamba2_fwd_at(&k->c2, &k->w2, out, k->u, k->ystar, cache, k->scratch, k->B, k->T);
+    FptCase *b = &k->b;
+    return k->rnn ? fp_rnn_fwd_at(&k->cr, &k->wr, out, b->u, b->ystar, cache, b->scratch, b->B, b->T)
+                  : fp_mamba2_fwd_at(&k->c2, &k->w2, out, b->u, b->ystar, cache, b->scratch, b->B, b->T);
 }
 
 static int fwd(Case *k, float *out, const FpoOpts *o, FpMambaStats *st, float *cache) {
-    return k->rnn ? fp_rnn_fwd(&k->cr, &k->wr, out, k->u, o, st, cache, k->scratch, k->B, k->T)
-                  : fp_mamba2_fwd(&k->c2, &k->w2, out, k->u, o, st, cache, k->scratch, k->B, k->T);
+    FptCase *b = &k->b;
+    return k->rnn ? fp_rnn_fwd(&k->cr, &k->wr, out, b->u, o, st, cache, b->scratch, b->B, b->T)
+                  : fp_mamba2_fwd(&k->c2, &k->w2, out, b->u, o, st, cache, b->scratch, b->B, b->T);
 }
 
 static void bwd(Case *k) {
+    FptCase *b = &k->b;
     if (k->rnn) {
-        fp_rnn_bwd(&k->cr, &k->wr, &k->dwr, k->du, k->R, k->u, k->cache, k->scratch, k->B, k->T);
+        fp_rnn_bwd(&k->cr, &k->wr, &k->dwr, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
         fp_rnn_wn_bwd(&k->cr, &k->wr, &k->dwr);
     } else {
-        fp_mamba2_bwd(&k->c2, &k->w2, &k->dw2, k->du, k->R, k->u, k->cache, k->scratch, k->B, k->T);
+        fp_mamba2_bwd(&k->c2, &k->w2, &k->dw2, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
         fp_mamba2_wn_bwd(&k->c2, &k->w2, &k->dw2);
     }
 }
@@ -137,38 +110,23 @@ static void bwd(Case *k) {
 static double loss_at(void *ctx) {
     Case *k = ctx;
     refresh(k);
-    CHECK(fwd_at(k, k->out, NULL) == IM_OK, "fwd: %s", err_msg());
-    double s = 0;
-    for (size_t i = 0; i < (size_t)k->B * k->T * DM; i++) s += (double)k->out[i] * k->R[i];
-    return s;
+    CHECK(fwd_at(k, k->b.out, NULL) == IM_OK, "fwd: %s", err_msg());
+    return fpt_loss(&k->b);
 }
 
 static void bwd_at(void *ctx) {
     Case *k = ctx;
     refresh(k);
-    memset(k->deff, 0, k->neff * sizeof(float));
-    CHECK(fwd_at(k, k->out, k->cache) == IM_OK, "fwd: %s", err_msg());
+    memset(k->b.deff, 0, k->b.neff * sizeof(float));
+    CHECK(fwd_at(k, k->b.out, k->b.cache) == IM_OK, "fwd: %s", err_msg());
     bwd(k);
 }
 
 static void test_grad(const char *name, int rnn, Opt o, float h) {
     Case k;
     case_init(&k, rnn, o, 2, 5, 11);
-    GradCase gc = {.name = name, .loss = loss_at, .bwd = bwd_at, .ctx = &k, .h = h, .tol = 2e-2};
-    add_tensor(&gc, "theta", k.theta, k.dtheta, k.t.total, 150);
-    add_tensor(&gc, "u", k.u, k.du, (size_t)k.B * k.T * DM, 20);
-    Rng r;
-    rng_seed(&r, 3, 3);
-    run_grad_case(&gc, &r);
+    fpt_grad_check(name, &k.b, loss_at, bwd_at, &k, h, 150);
     case_free(&k);
-}
-
-static void set_by_name(Case *k, const char *part1, const char *part2, float v) {
-    for (int i = 0; i < k->t.n; i++) {
-        const ParamInfo *p = &k->t.p[i];
-        if (strstr(p->name, part1) && strstr(p->name, part2))
-            for (size_t j = 0; j < p->numel; j++) k->theta[p->offset + j] = v;
-    }
 }
 
 static FpoOpts tight_opts(int rnn) {
@@ -238,13 +196,14 @@ static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias,
     Opt o = {mixer, rank, 0, 0, 1, 0, 1, "spectral"};
     case_init(&k, 1, o, B, T, 41);
     /* α = σ(bias) exactly: ‖I − Q‖ = 2α for one reflection (contractive) */
-    set_by_name(&k, "proj_alpha", "weight_g", 0.0f);
-    set_by_name(&k, "proj_alpha", "bias", alpha_bias);
+    fpt_set_by_name(&k.b, "proj_alpha", "weight_g", 0.0f);
+    fpt_set_by_name(&k.b, "proj_alpha", "bias", alpha_bias);
     refresh(&k);
     FpoOpts opts = tight_opts(1);
     FpMambaStats st;
     float *hstar = th_alloc((size_t)B * T * E);
-    TH_CHECK(fp_rnn_solve(&k.cr, &k.wr, hstar, k.u, &opts, &st, k.scratch, B, T) == IM_OK, "solve");
+    const float *u = k.b.u;
+    TH_CHECK(fp_rnn_solve(&k.cr, &k.wr, hstar, u, &opts, &st, k.b.scratch, B, T) == IM_OK, "solve");
     TH_CHECK(st.converged, "%s: FPRNN solve converged (%d iterations, residual %g)", mixer, st.iters, st.best_max);
     /* the prepare part, independently and in double */
     size_t ME = (size_t)B * T * E;
@@ -254,7 +213,7 @@ static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias,
     for (size_t m = 0; m < (size_t)B * T; m++)
         for (int i = 0; i < E; i++) {
             double s = 0;
-            for (int j = 0; j < D; j++) s += (double)w->in_proj[(size_t)i * D + j] * k.u[m * D + j];
+            for (int j = 0; j < D; j++) s += (double)w->in_proj[(size_t)i * D + j] * u[m * D + j];
             xpre[m * E + i] = s;
         }
     conv_silu_d(x, xpre, w->cx_w, w->cx_b, B, T, E, W);
@@ -319,12 +278,12 @@ static void test_sequential(int rnn, Opt op) {
     int B = 3, T = 7;
     case_init(&k, rnn, op, B, T, 21);
     /* a contractive map: a fixed point to compare at, reached to float precision */
-    set_by_name(&k, "proj_alpha", "bias", -2.0f);
-    set_by_name(&k, "proj_d", "bias", -2.0f);
+    fpt_set_by_name(&k.b, "proj_alpha", "bias", -2.0f);
+    fpt_set_by_name(&k.b, "proj_d", "bias", -2.0f);
     refresh(&k);
     FpoOpts o = tight_opts(rnn);
     FpMambaStats st;
-    TH_CHECK(fwd(&k, k.out, &o, &st, NULL) == IM_OK, "fwd");
+    TH_CHECK(fwd(&k, k.b.out, &o, &st, NULL) == IM_OK, "fwd");
     TH_CHECK(st.converged, "%s: parallel solve converged (%d iterations, residual %g)", op.mixer, st.iters,
              st.best_max);
     size_t nst = rnn ? fp_rnn_state_floats(&k.cr, B) : fp_mamba2_state_floats(&k.c2, B);
@@ -333,16 +292,16 @@ static void test_sequential(int rnn, Opt op) {
     float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
     FpMambaStats sst = {0};
     for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) memcpy(ut + b * DM, k.u + ((size_t)b * T + t) * DM, DM * sizeof(float));
+        fpt_get_token(ut, k.b.u, B, T, t, DM);
         int rc = rnn ? fp_rnn_step(&k.cr, &k.wr, ot, ut, state, &o, &sst, ss, B)
                      : fp_mamba2_step(&k.c2, &k.w2, ot, ut, state, &o, &sst, ss, B);
         TH_CHECK(rc == IM_OK, "step");
-        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * DM, ot + b * DM, DM * sizeof(float));
+        fpt_put_token(seq, ot, B, T, t, DM);
     }
     char nm[96];
     snprintf(nm, sizeof nm, "%s %s conv %d glu %d: sequential == parallel", rnn ? "fp_rnn" : "fp_mamba2", op.mixer,
              op.conv, op.glu);
-    TH_CLOSE(seq, k.out, (size_t)B * T * DM, 1e-3, nm);
+    TH_CLOSE(seq, k.b.out, (size_t)B * T * DM, 1e-3, nm);
     TH_CHECK(sst.tokens == T && sst.iters >= T, "per-token iterations counted (%d over %d)", sst.iters, sst.tokens);
     free(state); free(ss); free(ut); free(ot); free(seq);
     case_free(&k);
@@ -354,36 +313,29 @@ static void test_threads(int rnn, Opt op) {
     Case k;
     int B = 4, T = 9;
     case_init(&k, rnn, op, B, T, 31);
-    float *o1 = th_alloc((size_t)B * T * DM), *d1 = th_alloc(k.t.total);
+    FptCase *b = &k.b;
+    float *o1 = th_alloc((size_t)B * T * DM), *d1 = th_alloc(b->t.total);
     FpoOpts o = tight_opts(rnn);
     o.cap = 20;
     int threads = k_get_threads();
     for (int run = 0; run < 2; run++) {
         k_set_threads(run + 1);
-        memset(k.dtheta, 0, k.t.total * sizeof(float));
-        memset(k.deff, 0, k.neff * sizeof(float));
-        TH_CHECK(fwd(&k, run ? k.out : o1, &o, NULL, k.cache) == IM_OK, "fwd");
+        memset(b->dtheta, 0, b->t.total * sizeof(float));
+        memset(b->deff, 0, b->neff * sizeof(float));
+        TH_CHECK(fwd(&k, run ? b->out : o1, &o, NULL, b->cache) == IM_OK, "fwd");
         bwd(&k);
-        if (!run) memcpy(d1, k.dtheta, k.t.total * sizeof(float));
+        if (!run) memcpy(d1, b->dtheta, b->t.total * sizeof(float));
     }
     k_set_threads(threads);
-    TH_CHECK(!memcmp(o1, k.out, (size_t)B * T * DM * sizeof(float)), "%s: forward bit-identical at 1 and 2 threads",
+    TH_CHECK(!memcmp(o1, b->out, (size_t)B * T * DM * sizeof(float)), "%s: forward bit-identical at 1 and 2 threads",
              rnn ? "fp_rnn" : "fp_mamba2");
-    TH_CHECK(!memcmp(d1, k.dtheta, k.t.total * sizeof(float)), "%s: gradients bit-identical at 1 and 2 threads",
+    TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "%s: gradients bit-identical at 1 and 2 threads",
              rnn ? "fp_rnn" : "fp_mamba2");
     free(o1); free(d1);
     case_free(&k);
 }
 
 /* ---- the LMs ------------------------------------------------------------------------------------ */
-
-static int make_model(Model *m, const char *const *kv) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    for (int i = 0; kv[i]; i += 2)
-        if (cfg_set(&c, kv[i], kv[i + 1]) != IM_OK) return -1;
-    return model_create(m, &c);
-}
 
 static void test_model(const char *name) {
     int rnn = !strcmp(name, "fp_rnn");
@@ -392,44 +344,16 @@ static void test_model(const char *name) {
                         "short_conv", "1", "fp_step0", rnn ? "1" : "0.99", "fp_decay", rnn ? "1" : "0.9",
                         "fp_outlier_q", "0.1", NULL};
     Model m;
-    TH_CHECK(make_model(&m, kv) == IM_OK, "%s create: %s", name, err_msg());
+    TH_CHECK(fpt_make_model(&m, kv) == IM_OK, "%s create: %s", name, err_msg());
     model_init_params(&m, 5);
-    /* a contractive Q (α ≈ 0.12): one fixed point, which the per-token and whole-sequence solves
-     * must both find */
-    for (int i = 0; i < m.tab.n; i++)
-        if (strstr(m.tab.p[i].name, "proj_alpha.bias"))
-            for (size_t j = 0; j < m.tab.p[i].numel; j++) m.params[m.tab.p[i].offset + j] = -2;
-    int B = 2, T = 6, V = m.V;
-    int ids[12] = {1, 4, 2, 6, 0, 3, 5, 5, 1, 2, 4, 0}, tg[12];
-    for (int i = 0; i < 12; i++) tg[i] = (ids[i] + 1) % 7;
-    m.training = 0;
+    fpt_model_contractive(&m);
+    float *par = th_alloc((size_t)FPT_B * FPT_T * m.V);
+    fpt_model_seq_vs_par(&m, name, par);
+    fpt_model_ckpt_roundtrip(&m, name, "/tmp/implicit_test_fp_rnn.safetensors", par);
+    /* training on the toy task (next id = id + 1 mod 7) with the library's AdamW */
+    int tg[FPT_B * FPT_T];
+    fpt_targets(tg);
     float loss;
-    TH_CHECK(model_fwd(&m, ids, tg, B, T, &loss) == IM_OK, "%s fwd: %s", name, err_msg());
-    TH_CHECK(m.fp_res_max < 1e-5 && m.fp_phase && !strcmp(m.fp_phase, "fp eval"), "%s: eval solve converged (%g)",
-             name, m.fp_res_max);
-    float *par = th_alloc((size_t)B * T * V), *seq = th_alloc((size_t)B * T * V), *lt = th_alloc((size_t)B * V);
-    memcpy(par, m.logits, (size_t)B * T * V * sizeof(float));
-    TH_CHECK(model_state_init(&m, B) == IM_OK, "state: %s", err_msg());
-    for (int t = 0; t < T; t++) {
-        int it[2] = {ids[t], ids[T + t]};
-        TH_CHECK(model_step(&m, it, lt) == IM_OK, "step: %s", err_msg());
-        for (int b = 0; b < B; b++) memcpy(seq + ((size_t)b * T + t) * V, lt + (size_t)b * V, V * sizeof(float));
-    }
-    char nm[96];
-    snprintf(nm, sizeof nm, "%s: sequential logits == parallel", name);
-    TH_CLOSE(seq, par, (size_t)B * T * V, 1e-3, nm);
-    /* checkpoint round trip */
-    const char *path = "/tmp/implicit_test_fp_rnn.safetensors";
-    TH_CHECK(ckpt_save(&m, path, NULL) == IM_OK, "save: %s", err_msg());
-    Model m2;
-    TH_CHECK(ckpt_load(&m2, path, NULL) == IM_OK, "load: %s", err_msg());
-    m2.training = 0;
-    TH_CHECK(model_fwd(&m2, ids, tg, B, T, &loss) == IM_OK, "fwd after load");
-    TH_CHECK(!memcmp(m2.logits, par, (size_t)B * T * V * sizeof(float)),
-             "%s: logits identical after a checkpoint round trip", name);
-    remove(path);
-    model_free(&m2);
-    /* training on a toy task (next id = id + 1 mod 7) with the library's AdamW */
     m.training = 1;
     AdamWCfg oc;
     adamw_cfg_default(&oc);
@@ -441,7 +365,7 @@ static void test_model(const char *name) {
     for (int s = 0; s < 30; s++) {
         model_zero_grad(&m);
         m.train_step = s;
-        if (model_fwd(&m, ids, tg, B, T, &loss) != IM_OK || !isfinite(loss)) { ok = 0; break; }
+        if (model_fwd(&m, fpt_ids, tg, FPT_B, FPT_T, &loss) != IM_OK || !isfinite(loss)) { ok = 0; break; }
         model_bwd(&m);
         adamw_step(&opt, &m, oc.lr);
         if (s == 0) first = loss;
@@ -454,22 +378,22 @@ static void test_model(const char *name) {
     if (getenv("TH_VERBOSE")) printf("  %s: loss %.4f -> %.4f, fp iters %.1f\n", name, first, last, m.fp_iters);
     adamw_free(&opt);
     model_free(&m);
-    free(par); free(seq); free(lt);
+    free(par);
 }
 
 static void test_config_errors(void) {
     Model m;
     const char *kv1[] = {"model", "fp_rnn", "vocab_size", "7", "d_model", "8", "short_conv", "0", NULL};
-    int rc = make_model(&m, kv1);
+    int rc = fpt_make_model(&m, kv1);
     TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "short_conv"), "fp_rnn short_conv 0 rejected naming the key (%s)",
              err_msg());
     if (rc == IM_OK) model_free(&m);
     const char *kv2[] = {"model", "fp_rnn", "vocab_size", "7", "d_model", "8", "short_conv", "-1", NULL};
-    rc = make_model(&m, kv2);
+    rc = fpt_make_model(&m, kv2);
     TH_CHECK(rc == IM_OK, "fp_rnn short_conv -1 = on (%s)", err_msg());
     if (rc == IM_OK) model_free(&m);
     const char *kv3[] = {"model", "fp_mamba2", "vocab_size", "7", "d_model", "8", "headdim", "5", NULL};
-    rc = make_model(&m, kv3);
+    rc = fpt_make_model(&m, kv3);
     TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "headdim"), "fp_mamba2 bad headdim rejected (%s)", err_msg());
     if (rc == IM_OK) model_free(&m);
 }

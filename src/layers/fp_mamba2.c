@@ -1,19 +1,16 @@
 /* fp_mamba2.c: the FPMamba2 mixer layer (see fp_mamba2.h). The arithmetic lives in the kernels
- * (k_linear_*, k_conv1d_*, k_ssd_*, k_gated_rmsnorm_*) and the mixer; this file wires the
- * prepare part, one fixed-point application, the solve and the graded steps. */
+ * (k_linear_*, k_conv1d_*, k_ssd_*, k_gated_rmsnorm_*), the mixer and the pieces all FP layers
+ * share (fp_common.h: the mixing stage, b̄ / c̄, the solve); this file wires the prepare part, one
+ * fixed-point application, the solve and the graded steps. */
 #include "fp_mamba2.h"
 
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
-
-/* F.normalize's default eps for b̄, c̄ */
-#define BC_EPS 1e-12f
+#include "fp_common.h"
 
 int fp_mamba2_cfg_init(FpMamba2Cfg *c, int D, int expand, int N, int P, int W, int conv, int h_dep, int symm,
                        int glu_in_loop, int n_back, float eps, const char *mixer_type, int rank, const char *ac,
@@ -36,81 +33,42 @@ int fp_mamba2_cfg_init(FpMamba2Cfg *c, int D, int expand, int N, int P, int W, i
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-static void add(ParamTable *t, const char *prefix, const char *suffix, InitRule init, float a, float b, int decay,
-                int nd, int d0, int d1, int d2) {
-    char name[PARAM_NAME_LEN];
-    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-    if (nd == 1) ptab_add(t, name, init, a, b, decay, 1, d0);
-    else if (nd == 2) ptab_add(t, name, init, a, b, decay, 2, d0, d1);
-    else ptab_add(t, name, init, a, b, decay, 3, d0, d1, d2);
-}
-
 void fp_mamba2_add_params(const FpMamba2Cfg *c, ParamTable *t, const char *prefix, float out_scale) {
     int D = c->D, E = c->E, N = c->N, H = c->H, W = c->W, C = c->C;
-    add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 0, 1, 2, c->K, D, 0);
+    fpc_param_add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 0, 1, 2, c->K, D, 0);
     if (c->conv) {
-        add(t, prefix, "conv1d.weight", INIT_UNIFORM, 1 / sqrtf((float)W), 0, 1, 3, C, 1, W);
-        add(t, prefix, "conv1d.bias", INIT_UNIFORM, 1 / sqrtf((float)W), 0, 0, 1, C, 0, 0);
+        fpc_param_add(t, prefix, "conv1d.weight", INIT_UNIFORM, 1 / sqrtf((float)W), 0, 1, 3, C, 1, W);
+        fpc_param_add(t, prefix, "conv1d.bias", INIT_UNIFORM, 1 / sqrtf((float)W), 0, 0, 1, C, 0, 0);
     }
-    add(t, prefix, "dt_bias", INIT_DT_BIAS, 1e-3f, 0.1f, 0, 1, H, 0, 0);
-    add(t, prefix, "A_log", INIT_A_LOG, 1, 16, 0, 1, H, 0, 0);
-    add(t, prefix, "D", INIT_ONE, 0, 0, 0, 1, H, 0, 0);
-    add(t, prefix, "bc_proj.weight_g", INIT_ONE, 0, 0, 1, 2, 2 * N, 1, 0);
-    add(t, prefix, "bc_proj.weight_v", INIT_UNIFORM, 1 / sqrtf((float)E), 0, 1, 2, 2 * N, E, 0);
-    if (!c->glu_in_loop) {
-        add(t, prefix, "zy_proj.weight_g", INIT_ONE, 0, 0, 1, 2, E, 1, 0);
-        add(t, prefix, "zy_proj.weight_v", INIT_UNIFORM, 1 / sqrtf((float)E), 0, 1, 2, E, E, 0);
-    }
-    char mp[PARAM_NAME_LEN];
-    snprintf(mp, sizeof mp, "%s.mixer", prefix);
-    mixer_add_params(&c->mix, t, mp);
-    add(t, prefix, "norm.weight", INIT_ONE, 0, 0, 0, 1, E, 0, 0);
-    add(t, prefix, "out_proj.weight", INIT_UNIFORM, out_scale / sqrtf((float)E), 0, 1, 2, D, E, 0);
+    fpc_param_add(t, prefix, "dt_bias", INIT_DT_BIAS, 1e-3f, 0.1f, 0, 1, H, 0, 0);
+    fpc_param_add(t, prefix, "A_log", INIT_A_LOG, 1, 16, 0, 1, H, 0, 0);
+    fpc_param_add(t, prefix, "D", INIT_ONE, 0, 0, 0, 1, H, 0, 0);
+    fpc_bczy_add_params(t, prefix, N, E, !c->glu_in_loop);
+    fpc_mixer_add_params(&c->mix, t, prefix);
+    fpc_param_add(t, prefix, "norm.weight", INIT_ONE, 0, 0, 0, 1, E, 0, 0);
+    fpc_param_add(t, prefix, "out_proj.weight", INIT_UNIFORM, out_scale / sqrtf((float)E), 0, 1, 2, D, E, 0);
 }
 
-/* 16 floats of slack after each effective matrix keep the pieces 64-byte aligned-ish and apart */
 size_t fp_mamba2_eff_floats(const FpMamba2Cfg *c) {
-    size_t n = 2 * (size_t)c->N * c->E + 16;
-    if (!c->glu_in_loop) n += (size_t)c->E * c->E + 16;
-    return n + mixer_eff_floats(&c->mix);
-}
-
-static float *find(const ParamTable *t, float *block, const char *prefix, const char *suffix) {
-    char name[PARAM_NAME_LEN];
-    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-    const ParamInfo *p = ptab_find(t, name);
-    return p ? block + p->offset : NULL;
+    return fpc_bczy_eff_floats(c->N, c->E, !c->glu_in_loop) + mixer_eff_floats(&c->mix);
 }
 
 void fp_mamba2_bind(const FpMamba2Cfg *c, FpMamba2W *w, const ParamTable *t, float *block, const char *prefix,
                     float *eff) {
     memset(w, 0, sizeof *w);
-    w->in_proj = find(t, block, prefix, "in_proj.weight");
-    w->conv_w = find(t, block, prefix, "conv1d.weight");
-    w->conv_b = find(t, block, prefix, "conv1d.bias");
-    w->dt_bias = find(t, block, prefix, "dt_bias");
-    w->A_log = find(t, block, prefix, "A_log");
-    w->Dskip = find(t, block, prefix, "D");
-    w->bc.g = find(t, block, prefix, "bc_proj.weight_g");
-    w->bc.v = find(t, block, prefix, "bc_proj.weight_v");
-    w->bc.W = eff;
-    eff += 2 * (size_t)c->N * c->E + 16;
-    if (!c->glu_in_loop) {
-        w->zy.g = find(t, block, prefix, "zy_proj.weight_g");
-        w->zy.v = find(t, block, prefix, "zy_proj.weight_v");
-        w->zy.W = eff;
-        eff += (size_t)c->E * c->E + 16;
-    }
-    w->norm_w = find(t, block, prefix, "norm.weight");
-    w->out_proj = find(t, block, prefix, "out_proj.weight");
+    w->in_proj = fpc_param_find(t, block, prefix, "in_proj.weight");
+    w->conv_w = fpc_param_find(t, block, prefix, "conv1d.weight");
+    w->conv_b = fpc_param_find(t, block, prefix, "conv1d.bias");
+    w->dt_bias = fpc_param_find(t, block, prefix, "dt_bias");
+    w->A_log = fpc_param_find(t, block, prefix, "A_log");
+    w->Dskip = fpc_param_find(t, block, prefix, "D");
+    eff = fpc_bczy_bind(&w->bc, c->glu_in_loop ? NULL : &w->zy, t, block, prefix, eff, c->N, c->E);
+    w->norm_w = fpc_param_find(t, block, prefix, "norm.weight");
+    w->out_proj = fpc_param_find(t, block, prefix, "out_proj.weight");
     CHECK(w->in_proj && w->dt_bias && w->A_log && w->Dskip && w->bc.v && w->norm_w && w->out_proj &&
               (!c->conv || w->conv_w),
           "fp_mamba2 tensors of '%s' missing", prefix);
-    char mp[PARAM_NAME_LEN];
-    snprintf(mp, sizeof mp, "%s.mixer", prefix);
-    w->mixer = calloc(1, sizeof *w->mixer);
-    CHECK(w->mixer, "out of memory");
-    mixer_bind(&c->mix, w->mixer, t, block, mp, eff);
+    w->mixer = fpc_mixer_bind(&c->mix, t, block, prefix, eff);
 }
 
 void fp_mamba2_unbind(FpMamba2W *w) {
@@ -119,52 +77,26 @@ void fp_mamba2_unbind(FpMamba2W *w) {
 }
 
 void fp_mamba2_post_init(const FpMamba2Cfg *c, FpMamba2W *w) {
-    WnOpts o = WN_OPTS_DEFAULT;
-    linear_wn_init(&w->bc, &o, 2 * c->N, c->E);
-    if (!c->glu_in_loop) linear_wn_init(&w->zy, &o, c->E, c->E);
+    fpc_bczy_init(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
     mixer_post_init(&c->mix, w->mixer);
 }
 
 void fp_mamba2_refresh(const FpMamba2Cfg *c, FpMamba2W *w) {
-    WnOpts o = WN_OPTS_DEFAULT;
-    linear_wn_refresh(&w->bc, &o, 2 * c->N, c->E);
-    if (!c->glu_in_loop) linear_wn_refresh(&w->zy, &o, c->E, c->E);
+    fpc_bczy_refresh(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
     mixer_refresh(&c->mix, w->mixer);
 }
 
 void fp_mamba2_wn_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw) {
-    WnOpts o = WN_OPTS_DEFAULT;
-    linear_wn_bwd(&w->bc, &dw->bc, &o, 2 * c->N, c->E);
-    if (!c->glu_in_loop) linear_wn_bwd(&w->zy, &dw->zy, &o, c->E, c->E);
+    fpc_bczy_wn_bwd(&w->bc, &dw->bc, c->glu_in_loop ? NULL : &w->zy, &dw->zy, c->N, c->E);
     mixer_wn_bwd(&c->mix, w->mixer, dw->mixer);
 }
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 
-/* Bump allocation; with base NULL it only measures (STYLE §8.6). */
-typedef struct {
-    float *base;
-    size_t used;
-} Carve;
-
-static float *take(Carve *k, size_t n) {
-    float *p = k->base ? k->base + k->used : NULL;
-    k->used += (n + 15) & ~(size_t)15; /* 64-byte aligned pieces */
-    return p;
-}
-
-static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
-
 /* Buffers of one application of f over M = B·T tokens (or B tokens in the step path). */
 typedef struct {
-    float *yin;          /* (M,E) input iterate (graded steps keep it) */
-    float *s;            /* (M,E) shift(yin) */
-    float *p;            /* (M,dp) mixer input */
-    float *v;            /* (M,E) x − yin */
-    float *mcache;       /* mixer cache | NULL */
-    float *xt;           /* (M,E) x̃ */
-    float *braw, *craw;  /* (M,N) B + By, C + Cy */
-    float *bbar, *cbar;  /* (M,N) normalised */
+    FpcMix mix;          /* yin, s = shift(yin), p, v = x − yin, mixer cache, x̃ */
+    FpcBc bc;            /* (M,N) B + By, C + Cy and b̄, c̄ */
     float *saved;        /* SSD's backward memory | NULL */
     float *opre;         /* (M,E) SSD output before the in-loop gate (glu_in_loop) */
     float *o;            /* (M,E) the gated norm's input */
@@ -173,22 +105,14 @@ typedef struct {
 } StepBufs;
 
 static void carve_step(const FpMamba2Cfg *c, Carve *k, StepBufs *s, int B, int T, int with_cache) {
-    size_t M = (size_t)B * T, ME = M * c->E, MN = M * c->N;
-    s->yin = with_cache ? take(k, ME) : NULL;
-    s->s = take(k, ME);
-    s->p = take(k, M * c->dp);
-    s->v = take(k, ME);
-    s->mcache = with_cache ? take(k, mixer_cache_floats(&c->mix, (int)M)) : NULL;
-    s->xt = take(k, ME);
-    s->braw = take(k, MN);
-    s->craw = take(k, MN);
-    s->bbar = take(k, MN);
-    s->cbar = take(k, MN);
-    s->saved = with_cache ? take(k, k_ssd_saved_floats(B, T, c->H, c->P, c->N)) : NULL;
-    s->opre = c->glu_in_loop ? take(k, ME) : NULL;
-    s->o = take(k, ME);
-    s->rstd = take(k, M);
-    s->y = take(k, ME);
+    size_t M = (size_t)B * T, ME = M * c->E;
+    fpc_carve_mix(k, &s->mix, &c->mix, (int)M, with_cache);
+    fpc_carve_bc(k, &s->bc, (int)M, c->N);
+    s->saved = with_cache ? fpc_take(k, k_ssd_saved_floats(B, T, c->H, c->P, c->N)) : NULL;
+    s->opre = c->glu_in_loop ? fpc_take(k, ME) : NULL;
+    s->o = fpc_take(k, ME);
+    s->rstd = fpc_take(k, M);
+    s->y = fpc_take(k, ME);
 }
 
 /* Forward cache: the prepare part, the graded steps and the output gate. */
@@ -204,19 +128,19 @@ typedef struct {
 
 static void carve_cache(const FpMamba2Cfg *c, Carve *k, FwdCache *f, int B, int T, int n_back) {
     size_t M = (size_t)B * T, ME = M * c->E, MN = M * c->N;
-    f->z = take(k, ME);
-    f->xbc_pre = take(k, M * c->C);
-    f->xbc = c->conv ? take(k, M * c->C) : f->xbc_pre;
-    f->x = take(k, ME);
-    f->Bm = take(k, MN);
-    f->Cm = take(k, MN);
-    f->dtraw = take(k, M * c->H);
-    f->dt = take(k, M * c->H);
-    f->A = take(k, (size_t)c->H);
+    f->z = fpc_take(k, ME);
+    f->xbc_pre = fpc_take(k, M * c->C);
+    f->xbc = c->conv ? fpc_take(k, M * c->C) : f->xbc_pre;
+    f->x = fpc_take(k, ME);
+    f->Bm = fpc_take(k, MN);
+    f->Cm = fpc_take(k, MN);
+    f->dtraw = fpc_take(k, M * c->H);
+    f->dt = fpc_take(k, M * c->H);
+    f->A = fpc_take(k, (size_t)c->H);
     for (int i = 0; i < n_back; i++) carve_step(c, k, &f->step[i], B, T, 1);
-    f->sy = take(k, ME);
-    f->zs = take(k, ME);
-    f->gy = take(k, ME);
+    f->sy = fpc_take(k, ME);
+    f->zs = fpc_take(k, ME);
+    f->gy = fpc_take(k, ME);
 }
 
 /* Scratch of the forward: the no-grad step, the iterate, the solver's memory, the mixer's. */
@@ -229,50 +153,45 @@ typedef struct {
 static void carve_fwd_scratch(const FpMamba2Cfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
     int M = B * T;
     carve_step(c, k, &s->ng, B, T, 0);
-    s->Y = take(k, (size_t)M * c->E);
-    s->solver = take(k, fpo_scratch_floats((size_t)M * c->E, B));
-    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    s->Y = fpc_take(k, (size_t)M * c->E);
+    s->solver = fpc_take(k, fpo_scratch_floats((size_t)M * c->E, B));
+    s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
     if (with_pre) carve_cache(c, k, &s->pre, B, T, 0);
 }
 
 /* Backward temporaries. */
 typedef struct {
-    float *dy, *dyprev, *dxt, *dv, *dp, *ds, *dop, *dz, *dx, *ddt, *dbbar, *dcbar, *dbraw, *dcraw, *dB, *dC, *dA,
-        *dxbc, *dpre, *dgy, *dzs, *dsy, *mscratch;
+    float *dy, *dyprev;
+    FpcMixGrad mix; /* dxt, dv, dp, ds */
+    float *dop, *dz, *dx, *ddt;
+    FpcBcGrad bc;   /* dbbar, dcbar, dbraw, dcraw, dB, dC */
+    float *dA, *dxbc, *dpre, *dgy, *dzs, *dsy, *mscratch;
 } BwdScratch;
 
 static void carve_bwd_scratch(const FpMamba2Cfg *c, Carve *k, BwdScratch *s, int M) {
-    size_t ME = (size_t)M * c->E, MN = (size_t)M * c->N;
-    s->dy = take(k, ME);
-    s->dyprev = take(k, ME);
-    s->dxt = take(k, ME);
-    s->dv = take(k, ME);
-    s->dp = take(k, (size_t)M * c->dp);
-    s->ds = take(k, ME);
-    s->dop = take(k, ME);
-    s->dz = take(k, ME);
-    s->dx = take(k, ME);
-    s->ddt = take(k, (size_t)M * c->H);
-    s->dbbar = take(k, MN);
-    s->dcbar = take(k, MN);
-    s->dbraw = take(k, MN);
-    s->dcraw = take(k, MN);
-    s->dB = take(k, MN);
-    s->dC = take(k, MN);
-    s->dA = take(k, (size_t)c->H);
-    s->dxbc = take(k, (size_t)M * c->C);
-    s->dpre = take(k, (size_t)M * c->C);
-    s->dgy = take(k, ME);
-    s->dzs = take(k, ME);
-    s->dsy = take(k, ME);
-    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    size_t ME = (size_t)M * c->E;
+    s->dy = fpc_take(k, ME);
+    s->dyprev = fpc_take(k, ME);
+    fpc_carve_mix_grad(k, &s->mix, &c->mix, M);
+    s->dop = fpc_take(k, ME);
+    s->dz = fpc_take(k, ME);
+    s->dx = fpc_take(k, ME);
+    s->ddt = fpc_take(k, (size_t)M * c->H);
+    fpc_carve_bc_grad(k, &s->bc, M, c->N);
+    s->dA = fpc_take(k, (size_t)c->H);
+    s->dxbc = fpc_take(k, (size_t)M * c->C);
+    s->dpre = fpc_take(k, (size_t)M * c->C);
+    s->dgy = fpc_take(k, ME);
+    s->dzs = fpc_take(k, ME);
+    s->dsy = fpc_take(k, ME);
+    s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
 }
 
 size_t fp_mamba2_cache_floats(const FpMamba2Cfg *c, int B, int T) {
     Carve k = {0};
     FwdCache f;
     carve_cache(c, &k, &f, B, T, c->n_back);
-    return k.used + 16;
+    return fpc_carved(&k);
 }
 
 size_t fp_mamba2_scratch_floats(const FpMamba2Cfg *c, int B, int T) {
@@ -281,69 +200,10 @@ size_t fp_mamba2_scratch_floats(const FpMamba2Cfg *c, int B, int T) {
     BwdScratch b;
     carve_fwd_scratch(c, &k, &s, B, T, 1);
     carve_bwd_scratch(c, &kb, &b, B * T);
-    return (k.used > kb.used ? k.used : kb.used) + 16;
+    return fpc_carved(k.used > kb.used ? &k : &kb);
 }
 
 /* ---- small pieces ----------------------------------------------------------------------------- */
-
-static float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
-
-/* dst[b,t] = src[b,t−1], dst[b,0] = 0, rows of E */
-static void shift_fwd(float *dst, const float *src, int B, int T, int E) {
-    for (int b = 0; b < B; b++) {
-        float *d = dst + (size_t)b * T * E;
-        const float *s = src + (size_t)b * T * E;
-        memset(d, 0, (size_t)E * sizeof(float));
-        if (T > 1) memcpy(d + E, s, (size_t)(T - 1) * E * sizeof(float));
-    }
-}
-
-/* dsrc[b,t−1] += ddst[b,t] */
-static void shift_bwd(float *dsrc, const float *ddst, int B, int T, int E) {
-    for (int b = 0; b < B; b++)
-        k_axpby(dsrc + (size_t)b * T * E, 1.0f, ddst + ((size_t)b * T + 1) * E, 1.0f, (size_t)(T - 1) * E);
-}
-
-/* p from x and s: [x ; s] per token, x + s, or x */
-static void make_p(const FpMamba2Cfg *c, float *p, const float *x, const float *s, int M) {
-    int E = c->E;
-    for (int m = 0; m < M; m++) {
-        const float *xm = x + (size_t)m * E, *sm = s + (size_t)m * E;
-        float *pm = p + (size_t)m * c->dp;
-        memcpy(pm, xm, (size_t)E * sizeof(float));
-        if (c->h_dep && c->symm)
-            for (int i = 0; i < E; i++) pm[i] += sm[i];
-        else if (c->h_dep)
-            memcpy(pm + E, sm, (size_t)E * sizeof(float));
-    }
-}
-
-static void l2norm_rows(float *y, const float *x, int M, int N) {
-    for (int m = 0; m < M; m++) {
-        const float *xm = x + (size_t)m * N;
-        double s = 0;
-        for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j];
-        float nrm = (float)sqrt(s), inv = 1.0f / (nrm > BC_EPS ? nrm : BC_EPS);
-        for (int j = 0; j < N; j++) y[(size_t)m * N + j] = xm[j] * inv;
-    }
-}
-
-/* dx += d normalize(x)/dx applied to dy */
-static void l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N) {
-    for (int m = 0; m < M; m++) {
-        const float *xm = x + (size_t)m * N, *gm = dy + (size_t)m * N;
-        double s = 0, dot = 0;
-        for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j], dot += (double)xm[j] * gm[j];
-        float nrm = (float)sqrt(s);
-        if (nrm > BC_EPS) {
-            float a = 1.0f / nrm, bcoef = (float)(dot / ((double)nrm * nrm * nrm));
-            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += a * gm[j] - bcoef * xm[j];
-        } else {
-            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += gm[j] / BC_EPS;
-        }
-    }
-}
 
 /* xbc rows (C) → x (E), B (N), C (N) contiguous arrays */
 static void split_xbc(const FpMamba2Cfg *c, float *x, float *Bm, float *Cm, const float *xbc, int M) {
@@ -368,25 +228,9 @@ static void prepare(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, const
     }
     split_xbc(c, f->x, f->Bm, f->Cm, f->xbc, M);
     for (int m = 0; m < M; m++)
-        for (int h = 0; h < H; h++) f->dt[(size_t)m * H + h] = softplus(f->dtraw[(size_t)m * H + h] + w->dt_bias[h]);
+        for (int h = 0; h < H; h++)
+            f->dt[(size_t)m * H + h] = fpc_softplus(f->dtraw[(size_t)m * H + h] + w->dt_bias[h]);
     for (int h = 0; h < H; h++) f->A[h] = -expf(w->A_log[h]);
-}
-
-/* The mixing and the b̄, c̄ of one application (shared by the parallel and the token paths):
- * reads s->s and s->p, writes v, xt, braw, craw, bbar, cbar. */
-static void mix_and_bc(const FpMamba2Cfg *c, const FpMamba2W *w, StepBufs *s, const float *x, const float *Bm,
-                       const float *Cm, const float *yin, float *mscratch, int M) {
-    int E = c->E, N = c->N;
-    size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    for (size_t i = 0; i < ME; i++) s->v[i] = x[i] - yin[i];
-    mixer_fwd(&c->mix, w->mixer, s->xt, s->p, s->v, M, s->mcache, mscratch);
-    k_axpby(s->xt, 1.0f, yin, 1.0f, ME);
-    k_linear_fwd(s->braw, s->s, w->bc.W, NULL, M, E, N);
-    k_linear_fwd(s->craw, s->s, w->bc.W + (size_t)N * E, NULL, M, E, N);
-    k_axpby(s->braw, 1.0f, Bm, 1.0f, MN);
-    k_axpby(s->craw, 1.0f, Cm, 1.0f, MN);
-    l2norm_rows(s->bbar, s->braw, M, N);
-    l2norm_rows(s->cbar, s->craw, M, N);
 }
 
 /* o ← opre ⊙ silu(z) (glu_in_loop), then y = RMSNorm(o ⊙ silu(z)) · norm_w */
@@ -394,21 +238,19 @@ static void gate_norm(const FpMamba2Cfg *c, const FpMamba2W *w, StepBufs *s, con
                       int keep_rstd) {
     size_t ME = (size_t)M * c->E;
     if (c->glu_in_loop)
-        for (size_t i = 0; i < ME; i++) s->o[i] = s->opre[i] * z[i] * sigm(z[i]);
+        for (size_t i = 0; i < ME; i++) s->o[i] = s->opre[i] * z[i] * fpc_sigm(z[i]);
     k_gated_rmsnorm_fwd(y, keep_rstd ? s->rstd : NULL, s->o, z, w->norm_w, M, c->E, c->eps);
 }
 
-/* One application of f on yin (B,T): fills s and s->y. s->mcache NULL = no-grad. */
+/* One application of f on yin (B,T): fills s and s->y. s->mix.mcache NULL = no-grad. */
 static void step_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, const FwdCache *f, StepBufs *s, const float *yin,
                      float *mscratch, int B, int T) {
     int M = B * T;
-    if (s->yin && s->yin != yin) memcpy(s->yin, yin, (size_t)M * c->E * sizeof(float));
-    shift_fwd(s->s, yin, B, T, c->E);
-    make_p(c, s->p, f->x, s->s, M);
-    mix_and_bc(c, w, s, f->x, f->Bm, f->Cm, yin, mscratch, M);
-    k_ssd_fwd(c->glu_in_loop ? s->opre : s->o, s->saved, NULL, s->xt, f->dt, f->A, s->bbar, s->cbar, w->Dskip, NULL,
-              B, T, c->H, c->P, c->N);
-    gate_norm(c, w, s, f->z, s->y, M, s->mcache != NULL);
+    fpc_mix_fwd(&c->mix, c->h_dep, c->symm, w->mixer, &s->mix, f->x, f->x, yin, NULL, mscratch, B, T);
+    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, c->E, c->N, 1);
+    k_ssd_fwd(c->glu_in_loop ? s->opre : s->o, s->saved, NULL, s->mix.xt, f->dt, f->A, s->bc.bbar, s->bc.cbar,
+              w->Dskip, NULL, B, T, c->H, c->P, c->N);
+    gate_norm(c, w, s, f->z, s->y, M, s->mix.mcache != NULL);
 }
 
 /* Backward of one graded step: dy (M,E) → parameter grads, prepare grads (dx, dz, ddt, dB, dC,
@@ -419,47 +261,18 @@ static void step_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, co
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
     memset(g->dop, 0, ME * sizeof(float));
     k_gated_rmsnorm_bwd(g->dop, g->dz, dw->norm_w, dy, s->o, f->z, w->norm_w, s->rstd, M, E);
-    if (c->glu_in_loop) {
-        for (size_t i = 0; i < ME; i++) {
-            float zz = f->z[i], sg = sigm(zz), d = g->dop[i];
-            g->dz[i] += d * s->opre[i] * sg * (1.0f + zz * (1.0f - sg));
-            g->dop[i] = d * zz * sg;
-        }
-    }
-    memset(g->dxt, 0, ME * sizeof(float));
-    memset(g->dbbar, 0, MN * sizeof(float));
-    memset(g->dcbar, 0, MN * sizeof(float));
-    k_ssd_bwd(g->dxt, g->ddt, g->dA, g->dbbar, g->dcbar, dw->Dskip, NULL, g->dop, NULL, s->xt, f->dt, f->A, s->bbar,
-              s->cbar, w->Dskip, NULL, s->saved, B, T, c->H, c->P, N);
-    memset(g->dbraw, 0, MN * sizeof(float));
-    memset(g->dcraw, 0, MN * sizeof(float));
-    l2norm_rows_bwd(g->dbraw, g->dbbar, s->braw, M, N);
-    l2norm_rows_bwd(g->dcraw, g->dcbar, s->craw, M, N);
-    k_axpby(g->dB, 1.0f, g->dbraw, 1.0f, MN);
-    k_axpby(g->dC, 1.0f, g->dcraw, 1.0f, MN);
+    if (c->glu_in_loop) fpc_glu_bwd(g->dz, g->dop, s->opre, f->z, ME);
+    memset(g->mix.dxt, 0, ME * sizeof(float));
+    memset(g->bc.dbbar, 0, MN * sizeof(float));
+    memset(g->bc.dcbar, 0, MN * sizeof(float));
+    k_ssd_bwd(g->mix.dxt, g->ddt, g->dA, g->bc.dbbar, g->bc.dcbar, dw->Dskip, NULL, g->dop, NULL, s->mix.xt, f->dt,
+              f->A, s->bc.bbar, s->bc.cbar, w->Dskip, NULL, s->saved, B, T, c->H, c->P, N);
     /* W_bc: the gradient on s only matters when chaining to an earlier graded step */
-    memset(g->ds, 0, ME * sizeof(float));
-    float *ds = dyprev ? g->ds : NULL;
-    k_linear_bwd(ds, dw->bc.W, NULL, g->dbraw, s->s, w->bc.W, M, E, N);
-    k_linear_bwd(ds, dw->bc.W ? dw->bc.W + (size_t)N * E : NULL, NULL, g->dcraw, s->s, w->bc.W + (size_t)N * E, M,
-                 E, N);
-    /* x̃ = Q(p) v + yin,  v = x − yin,  p = [x ; s] | x + s | x */
-    memset(g->dv, 0, ME * sizeof(float));
-    memset(g->dp, 0, (size_t)M * c->dp * sizeof(float));
-    mixer_bwd(&c->mix, w->mixer, dw->mixer, g->dp, g->dv, g->dxt, s->p, s->v, M, s->mcache, g->mscratch);
-    k_axpby(g->dx, 1.0f, g->dv, 1.0f, ME);
-    for (int m = 0; m < M; m++) {
-        const float *pm = g->dp + (size_t)m * c->dp;
-        float *xm = g->dx + (size_t)m * E, *sm = g->ds + (size_t)m * E;
-        for (int i = 0; i < E; i++) xm[i] += pm[i];
-        if (c->h_dep && dyprev)
-            for (int i = 0; i < E; i++) sm[i] += c->symm ? pm[i] : pm[E + i];
-    }
-    if (dyprev) {
-        k_axpby(dyprev, 1.0f, g->dxt, 1.0f, ME);
-        k_axpby(dyprev, -1.0f, g->dv, 1.0f, ME);
-        shift_bwd(dyprev, g->ds, B, T, E);
-    }
+    memset(g->mix.ds, 0, ME * sizeof(float));
+    fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, 1);
+    /* x̃ = Q(p)(x − yin) + yin, p from x and s */
+    fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dx, g->dx, dyprev, g->mscratch,
+                B, T);
 }
 
 /* ---- forward / backward ------------------------------------------------------------------------ */
@@ -491,12 +304,12 @@ static void output_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, fl
         k_linear_fwd(out, y, w->out_proj, NULL, M, E, c->D);
         return;
     }
-    shift_fwd(f->sy, y, B, T, E);
+    fpc_shift_fwd(f->sy, y, B, T, E);
     k_linear_fwd(f->zs, f->sy, w->zy.W, NULL, M, E, E);
     for (size_t i = 0; i < ME; i++) {
         float a = f->zs[i] + f->z[i];
         f->zs[i] = a;
-        f->gy[i] = a * sigm(a) * y[i];
+        f->gy[i] = a * fpc_sigm(a) * y[i];
     }
     k_linear_fwd(out, f->gy, w->out_proj, NULL, M, E, c->D);
 }
@@ -516,19 +329,17 @@ static int graded_and_output(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache 
         }
     }
     output_fwd(c, w, f, out, y, B, T);
-    for (size_t i = 0; i < (size_t)B * T * c->D; i++)
-        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_mamba2: non-finite output");
-    return IM_OK;
+    return fpc_check_finite(out, (size_t)B * T * c->D, "fp_mamba2");
 }
 
 /* Carve the forward's memory and run the prepare part; f points at the cache or the scratch. */
 static FwdCache *begin_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdScratch *sc, FwdCache *fc, const float *u,
                            float *cache, float *scratch, int B, int T) {
-    Carve ks = {align64(scratch), 0};
+    Carve ks = fpc_carve(scratch);
     carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
     FwdCache *f = &sc->pre;
     if (cache) {
-        Carve kc = {align64(cache), 0};
+        Carve kc = fpc_carve(cache);
         carve_cache(c, &kc, fc, B, T, c->n_back);
         f = fc;
     }
@@ -538,14 +349,9 @@ static FwdCache *begin_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdScratch 
 
 static int solve(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, FwdScratch *sc, const FpoOpts *opts,
                  FpMambaStats *st, int B, int T) {
-    size_t ME = (size_t)B * T * c->E;
-    memset(sc->Y, 0, ME * sizeof(float));
     SolveCtx sx = {c, w, f, &sc->ng, sc->mscratch, B, T};
-    FpMap map = {.ctx = &sx, .n = ME, .nb = B, .f = solve_f};
-    FpoStats fs = {0};
-    int rc = fpo_solve(&map, (size_t)c->E, sc->Y, opts, &fs, sc->solver);
-    if (st) *st = (FpMambaStats){fs.iters, 0, fs.converged, fs.best_max};
-    return rc;
+    FpMap map = {.ctx = &sx, .n = (size_t)B * T * c->E, .nb = B, .f = solve_f};
+    return fpc_solve(&map, c->E, sc->Y, opts, st, 0, sc->solver);
 }
 
 int fp_mamba2_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const float *u, const FpoOpts *opts,
@@ -580,18 +386,18 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
                    const float *u, const float *cache, float *scratch, int B, int T) {
     int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    Carve kc = {align64((float *)cache), 0};
+    Carve kc = fpc_carve((float *)cache);
     FwdCache fc, *f = &fc;
     carve_cache(c, &kc, &fc, B, T, c->n_back);
-    Carve ks = {align64(scratch), 0};
+    Carve ks = fpc_carve(scratch);
     BwdScratch g;
     carve_bwd_scratch(c, &ks, &g, M);
     const float *y = f->step[c->n_back - 1].y;
     memset(g.dz, 0, ME * sizeof(float));
     memset(g.dx, 0, ME * sizeof(float));
     memset(g.ddt, 0, (size_t)M * H * sizeof(float));
-    memset(g.dB, 0, MN * sizeof(float));
-    memset(g.dC, 0, MN * sizeof(float));
+    memset(g.bc.dB, 0, MN * sizeof(float));
+    memset(g.bc.dC, 0, MN * sizeof(float));
     memset(g.dA, 0, (size_t)H * sizeof(float));
     memset(g.dy, 0, ME * sizeof(float));
     /* output */
@@ -601,14 +407,14 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
         memset(g.dgy, 0, ME * sizeof(float));
         k_linear_bwd(g.dgy, dw->out_proj, NULL, dout, f->gy, w->out_proj, M, E, D);
         for (size_t i = 0; i < ME; i++) {
-            float a = f->zs[i], sg = sigm(a);
+            float a = f->zs[i], sg = fpc_sigm(a);
             g.dy[i] = g.dgy[i] * a * sg;
             g.dzs[i] = g.dgy[i] * y[i] * sg * (1.0f + a * (1.0f - sg));
         }
         k_axpby(g.dz, 1.0f, g.dzs, 1.0f, ME);
         memset(g.dsy, 0, ME * sizeof(float));
         k_linear_bwd(g.dsy, dw->zy.W, NULL, g.dzs, f->sy, w->zy.W, M, E, E);
-        shift_bwd(g.dy, g.dsy, B, T, E);
+        fpc_shift_bwd(g.dy, g.dsy, B, T, E);
     }
     /* graded steps, last first; the first step's input Y* is a constant */
     for (int k = c->n_back - 1; k >= 0; k--) {
@@ -621,7 +427,7 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
     for (int m = 0; m < M; m++)
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)m * H + h;
-            g.ddt[i] *= sigm(f->dtraw[i] + w->dt_bias[h]);
+            g.ddt[i] *= fpc_sigm(f->dtraw[i] + w->dt_bias[h]);
             if (dw->dt_bias) dw->dt_bias[h] += g.ddt[i];
         }
     if (dw->A_log)
@@ -630,8 +436,8 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
     for (int m = 0; m < M; m++) {
         float *r = g.dxbc + (size_t)m * C;
         memcpy(r, g.dx + (size_t)m * E, (size_t)E * sizeof(float));
-        memcpy(r + E, g.dB + (size_t)m * N, (size_t)N * sizeof(float));
-        memcpy(r + E + N, g.dC + (size_t)m * N, (size_t)N * sizeof(float));
+        memcpy(r + E, g.bc.dB + (size_t)m * N, (size_t)N * sizeof(float));
+        memcpy(r + E + N, g.bc.dC + (size_t)m * N, (size_t)N * sizeof(float));
     }
     float *dxbc_pre = g.dxbc;
     if (c->conv) {
@@ -640,7 +446,7 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
         k_conv1d_fwd(pre, f->xbc_pre, w->conv_w, w->conv_b, B, T, C, c->W);
         /* in place: pre ← dxbc ⊙ silu'(pre), the gradient on the conv output */
         for (size_t i = 0; i < (size_t)M * C; i++) {
-            float a = pre[i], sg = sigm(a);
+            float a = pre[i], sg = fpc_sigm(a);
             pre[i] = g.dxbc[i] * sg * (1.0f + a * (1.0f - sg));
         }
         memset(g.dxbc, 0, (size_t)M * C * sizeof(float));
@@ -670,9 +476,10 @@ static void tok_f(void *ctx, float *out, const float *y) {
     TokCtx *t = ctx;
     const FpMamba2Cfg *c = t->c;
     StepBufs *s = t->sb;
-    mix_and_bc(c, t->w, s, t->x, t->Bm, t->Cm, y, t->mscratch, t->B);
-    k_ssd_step(c->glu_in_loop ? s->opre : s->o, t->Sout, t->S, s->xt, t->dt, t->A, s->bbar, s->cbar, t->w->Dskip,
-               t->B, c->H, c->P, c->N);
+    fpc_mix_apply(&c->mix, t->w->mixer, s->mix.xt, s->mix.v, s->mix.p, NULL, t->x, y, t->B, t->mscratch);
+    fpc_bc_fwd(&s->bc, t->w->bc.W, s->mix.s, t->Bm, t->Cm, t->B, c->E, c->N, 1);
+    k_ssd_step(c->glu_in_loop ? s->opre : s->o, t->Sout, t->S, s->mix.xt, t->dt, t->A, s->bc.bbar, s->bc.cbar,
+               t->w->Dskip, t->B, c->H, c->P, c->N);
     gate_norm(c, t->w, s, t->z, out, t->B, 0);
 }
 
@@ -687,21 +494,21 @@ typedef struct {
 
 static void carve_tok(const FpMamba2Cfg *c, Carve *k, TokBufs *t, int B) {
     size_t BE = (size_t)B * c->E, BN = (size_t)B * c->N;
-    t->z = take(k, BE);
-    t->xbc_pre = take(k, (size_t)B * c->C);
-    t->xbc = take(k, (size_t)B * c->C);
-    t->x = take(k, BE);
-    t->Bm = take(k, BN);
-    t->Cm = take(k, BN);
-    t->dtraw = take(k, (size_t)B * c->H);
-    t->dt = take(k, (size_t)B * c->H);
-    t->A = take(k, (size_t)c->H);
-    t->Y = take(k, BE);
-    t->y = take(k, BE);
-    t->zs = take(k, BE);
-    t->gy = take(k, BE);
-    t->solver = take(k, fpo_scratch_floats(BE, B));
-    t->mscratch = take(k, mixer_scratch_floats(&c->mix, B));
+    t->z = fpc_take(k, BE);
+    t->xbc_pre = fpc_take(k, (size_t)B * c->C);
+    t->xbc = fpc_take(k, (size_t)B * c->C);
+    t->x = fpc_take(k, BE);
+    t->Bm = fpc_take(k, BN);
+    t->Cm = fpc_take(k, BN);
+    t->dtraw = fpc_take(k, (size_t)B * c->H);
+    t->dt = fpc_take(k, (size_t)B * c->H);
+    t->A = fpc_take(k, (size_t)c->H);
+    t->Y = fpc_take(k, BE);
+    t->y = fpc_take(k, BE);
+    t->zs = fpc_take(k, BE);
+    t->gy = fpc_take(k, BE);
+    t->solver = fpc_take(k, fpo_scratch_floats(BE, B));
+    t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
     carve_step(c, k, &t->sb, B, 1, 0);
 }
 
@@ -709,14 +516,14 @@ size_t fp_mamba2_step_scratch_floats(const FpMamba2Cfg *c, int B) {
     Carve k = {0};
     TokBufs t;
     carve_tok(c, &k, &t, B);
-    return k.used + 16;
+    return fpc_carved(&k);
 }
 
 int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const float *u, float *state,
                    const FpoOpts *opts, FpMambaStats *st, float *scratch, int B) {
     int E = c->E, D = c->D, C = c->C, H = c->H;
     size_t BE = (size_t)B * E;
-    Carve k = {align64(scratch), 0};
+    Carve k = fpc_carve(scratch);
     TokBufs t;
     carve_tok(c, &k, &t, B);
     float *conv = state, *S = conv + (size_t)B * C * c->W, *yprev = S + (size_t)B * H * c->P * c->N;
@@ -732,22 +539,15 @@ int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const f
     }
     split_xbc(c, t.x, t.Bm, t.Cm, t.xbc, B);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) t.dt[(size_t)b * H + h] = softplus(t.dtraw[(size_t)b * H + h] + w->dt_bias[h]);
+        for (int h = 0; h < H; h++)
+            t.dt[(size_t)b * H + h] = fpc_softplus(t.dtraw[(size_t)b * H + h] + w->dt_bias[h]);
     for (int h = 0; h < H; h++) t.A[h] = -expf(w->A_log[h]);
     /* s = y*_{t−1} is fixed during the token's iterations, and so is p */
-    memcpy(t.sb.s, yprev, BE * sizeof(float));
-    make_p(c, t.sb.p, t.x, t.sb.s, B);
+    memcpy(t.sb.mix.s, yprev, BE * sizeof(float));
+    fpc_make_p(t.sb.mix.p, t.x, t.sb.mix.s, B, E, c->h_dep, c->symm);
     TokCtx tc = {c, w, t.x, t.Bm, t.Cm, t.z, t.dt, t.A, S, &t.sb, t.mscratch, NULL, B};
     FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
-    memset(t.Y, 0, BE * sizeof(float));
-    FpoStats fs = {0};
-    int rc = fpo_solve(&map, (size_t)E, t.Y, opts, &fs, t.solver);
-    if (st) {
-        st->iters += fs.iters;
-        st->tokens += 1;
-        st->converged = fs.converged;
-        if (fs.best_max > st->best_max) st->best_max = fs.best_max;
-    }
+    int rc = fpc_solve(&map, E, t.Y, opts, st, 1, t.solver);
     if (rc) return rc;
     /* n_back applications as the parallel path; the last one commits the SSD state */
     for (int kk = 0; kk < c->n_back; kk++) {
@@ -761,12 +561,10 @@ int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const f
         k_linear_fwd(t.zs, yprev, w->zy.W, NULL, B, E, E);
         for (size_t i = 0; i < BE; i++) {
             float a = t.zs[i] + t.z[i];
-            t.gy[i] = a * sigm(a) * t.y[i];
+            t.gy[i] = a * fpc_sigm(a) * t.y[i];
         }
         k_linear_fwd(out, t.gy, w->out_proj, NULL, B, E, D);
     }
     memcpy(yprev, t.y, BE * sizeof(float));
-    for (size_t i = 0; i < (size_t)B * D; i++)
-        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_mamba2: non-finite output");
-    return IM_OK;
+    return fpc_check_finite(out, (size_t)B * D, "fp_mamba2");
 }

@@ -1,16 +1,17 @@
 /* fp_rnn.c: the vector FP-RNN layer (see fp_rnn.h). The diagonal scan h_t = a_t ⊙ h_{t−1} + u_t
  * is O(B·T·E), negligible next to the projections, so it stays a plain loop here (spec §3.5 gives
- * its backward); everything else goes through the kernels and the mixer. */
+ * its backward); everything else goes through the kernels, the mixer and the pieces all FP layers
+ * share (fp_common.h: the mixing stage, the solve, the memory scheme). */
 #include "fp_rnn.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
+#include "fp_common.h"
 
 int fp_rnn_cfg_init(FpRnnCfg *c, int D, int expand, int W, int conv, int h_dep, int symm, int n_back, float eps,
                     const char *mixer_type, int rank, const char *ac, int proj_rank, const char *kron_norm) {
@@ -29,13 +30,10 @@ int fp_rnn_cfg_init(FpRnnCfg *c, int D, int expand, int W, int conv, int h_dep, 
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
+/* fpc_param_add without the init rule's second argument (none of these rules uses it) */
 static void add(ParamTable *t, const char *prefix, const char *suffix, InitRule init, float a, int decay, int nd,
                 int d0, int d1, int d2) {
-    char name[PARAM_NAME_LEN];
-    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-    if (nd == 1) ptab_add(t, name, init, a, 0, decay, 1, d0);
-    else if (nd == 2) ptab_add(t, name, init, a, 0, decay, 2, d0, d1);
-    else ptab_add(t, name, init, a, 0, decay, 3, d0, d1, d2);
+    fpc_param_add(t, prefix, suffix, init, a, 0, decay, nd, d0, d1, d2);
 }
 
 static void add_conv(ParamTable *t, const char *prefix, const char *name, int ch, int W) {
@@ -60,21 +58,18 @@ void fp_rnn_add_params(const FpRnnCfg *c, ParamTable *t, const char *prefix, flo
     add(t, prefix, "lam_proj.bias", INIT_ZERO, 0, 0, 1, E, 0, 0);
     add(t, prefix, "b_proj.weight", INIT_UNIFORM, aE, 1, 2, E, E, 0);
     add(t, prefix, "c_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)(2 * E)), 1, 2, E, 2 * E, 0);
-    char mp[PARAM_NAME_LEN];
-    snprintf(mp, sizeof mp, "%s.mixer", prefix);
-    mixer_add_params(&c->mix, t, mp);
+    fpc_mixer_add_params(&c->mix, t, prefix);
     add(t, prefix, "norm.weight", INIT_ONE, 0, 0, 1, E, 0, 0);
     add(t, prefix, "o_proj.weight", INIT_UNIFORM, out_scale * aE, 1, 2, D, E, 0);
 }
 
 size_t fp_rnn_eff_floats(const FpRnnCfg *c) { return mixer_eff_floats(&c->mix) + 16; }
 
+/* every tensor of the layer is required */
 static float *find(const ParamTable *t, float *block, const char *prefix, const char *suffix) {
-    char name[PARAM_NAME_LEN];
-    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-    const ParamInfo *p = ptab_find(t, name);
-    CHECK(p, "fp_rnn tensor '%s' missing", name);
-    return block + p->offset;
+    float *p = fpc_param_find(t, block, prefix, suffix);
+    CHECK(p, "fp_rnn tensor '%s.%s' missing", prefix, suffix);
+    return p;
 }
 
 void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block, const char *prefix, float *eff) {
@@ -96,11 +91,7 @@ void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block
     w->c_w = find(t, block, prefix, "c_proj.weight");
     w->norm_w = find(t, block, prefix, "norm.weight");
     w->o_proj = find(t, block, prefix, "o_proj.weight");
-    char mp[PARAM_NAME_LEN];
-    snprintf(mp, sizeof mp, "%s.mixer", prefix);
-    w->mixer = calloc(1, sizeof *w->mixer);
-    CHECK(w->mixer, "out of memory");
-    mixer_bind(&c->mix, w->mixer, t, block, mp, eff);
+    w->mixer = fpc_mixer_bind(&c->mix, t, block, prefix, eff);
 }
 
 void fp_rnn_unbind(FpRnnW *w) {
@@ -114,39 +105,15 @@ void fp_rnn_wn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw) { mixer_wn_bw
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 
-typedef struct {
-    float *base;
-    size_t used;
-} Carve;
-
-static float *take(Carve *k, size_t n) {
-    float *p = k->base ? k->base + k->used : NULL;
-    k->used += (n + 15) & ~(size_t)15; /* 64-byte aligned pieces */
-    return p;
-}
-
-static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
-
 /* Buffers of one application of f over M tokens. */
 typedef struct {
-    float *hin;     /* (M,E) input iterate (graded steps keep it) */
-    float *s;       /* (M,E) shift(hin) */
-    float *p;       /* (M,dp) mixer input */
-    float *v;       /* (M,E) bx − hin */
-    float *mcache;  /* mixer cache | NULL */
-    float *xt;      /* (M,E) x̃ */
+    FpcMix mix;     /* the input iterate h, s = shift(h), p, v = bx − h, mixer cache, x̃ */
     float *h;       /* (M,E) output of the scan */
 } StepBufs;
 
 static void carve_step(const FpRnnCfg *c, Carve *k, StepBufs *s, int M, int with_cache) {
-    size_t ME = (size_t)M * c->E;
-    s->hin = with_cache ? take(k, ME) : NULL;
-    s->s = take(k, ME);
-    s->p = take(k, (size_t)M * c->dp);
-    s->v = take(k, ME);
-    s->mcache = with_cache ? take(k, mixer_cache_floats(&c->mix, M)) : NULL;
-    s->xt = take(k, ME);
-    s->h = take(k, ME);
+    fpc_carve_mix(k, &s->mix, &c->mix, M, with_cache);
+    s->h = fpc_take(k, (size_t)M * c->E);
 }
 
 /* The four input branches: pre = conv output, act = silu(pre). */
@@ -166,25 +133,25 @@ typedef struct {
 
 static void carve_cache(const FpRnnCfg *c, Carve *k, FwdCache *f, int M, int n_back) {
     size_t ME = (size_t)M * c->E;
-    f->xpre = take(k, ME);
-    f->z = take(k, ME);
+    f->xpre = fpc_take(k, ME);
+    f->z = fpc_take(k, ME);
     for (int i = 0; i < N_BR; i++) {
-        f->pre[i] = take(k, ME);
-        f->act[i] = take(k, ME);
+        f->pre[i] = fpc_take(k, ME);
+        f->act[i] = fpc_take(k, ME);
     }
-    f->bpre = take(k, ME);
-    f->bg = take(k, ME);
-    f->lam = take(k, ME);
-    f->bx = take(k, ME);
+    f->bpre = fpc_take(k, ME);
+    f->bg = fpc_take(k, ME);
+    f->lam = fpc_take(k, ME);
+    f->bx = fpc_take(k, ME);
     for (int i = 0; i < n_back; i++) carve_step(c, k, &f->step[i], M, 1);
-    f->cin = take(k, 2 * ME);
-    f->ccpre = take(k, 2 * ME);
-    f->cc = take(k, 2 * ME);
-    f->cpre = take(k, ME);
-    f->cg = take(k, ME);
-    f->yv = take(k, ME);
-    f->rstd = take(k, (size_t)M);
-    f->nrm = take(k, ME);
+    f->cin = fpc_take(k, 2 * ME);
+    f->ccpre = fpc_take(k, 2 * ME);
+    f->cc = fpc_take(k, 2 * ME);
+    f->cpre = fpc_take(k, ME);
+    f->cg = fpc_take(k, ME);
+    f->yv = fpc_take(k, ME);
+    f->rstd = fpc_take(k, (size_t)M);
+    f->nrm = fpc_take(k, ME);
 }
 
 typedef struct {
@@ -196,46 +163,44 @@ typedef struct {
 static void carve_fwd_scratch(const FpRnnCfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
     int M = B * T;
     carve_step(c, k, &s->ng, M, 0);
-    s->Y = take(k, (size_t)M * c->E);
-    s->solver = take(k, fpo_scratch_floats((size_t)M * c->E, B));
-    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    s->Y = fpc_take(k, (size_t)M * c->E);
+    s->solver = fpc_take(k, fpo_scratch_floats((size_t)M * c->E, B));
+    s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
     if (with_pre) carve_cache(c, k, &s->pre, M, 0);
 }
 
 typedef struct {
-    float *dh, *dhprev, *gs, *dxt, *dv, *dp, *ds, *dlam, *dbx, *dxm, *dx, *dz, *dxpre, *dnrm, *dyv, *dt1, *dt2,
-        *dcc, *dcin, *mscratch;
+    float *dh, *dhprev, *gs;
+    FpcMixGrad mix; /* dxt, dv, dp, ds */
+    float *dlam, *dbx, *dxm, *dx, *dz, *dxpre, *dnrm, *dyv, *dt1, *dt2, *dcc, *dcin, *mscratch;
 } BwdScratch;
 
 static void carve_bwd_scratch(const FpRnnCfg *c, Carve *k, BwdScratch *s, int M) {
     size_t ME = (size_t)M * c->E;
-    s->dh = take(k, ME);
-    s->dhprev = take(k, ME);
-    s->gs = take(k, ME);
-    s->dxt = take(k, ME);
-    s->dv = take(k, ME);
-    s->dp = take(k, (size_t)M * c->dp);
-    s->ds = take(k, ME);
-    s->dlam = take(k, ME);
-    s->dbx = take(k, ME);
-    s->dxm = take(k, ME);
-    s->dx = take(k, ME);
-    s->dz = take(k, ME);
-    s->dxpre = take(k, ME);
-    s->dnrm = take(k, ME);
-    s->dyv = take(k, ME);
-    s->dt1 = take(k, 2 * ME);
-    s->dt2 = take(k, ME);
-    s->dcc = take(k, 2 * ME);
-    s->dcin = take(k, 2 * ME);
-    s->mscratch = take(k, mixer_scratch_floats(&c->mix, M));
+    s->dh = fpc_take(k, ME);
+    s->dhprev = fpc_take(k, ME);
+    s->gs = fpc_take(k, ME);
+    fpc_carve_mix_grad(k, &s->mix, &c->mix, M);
+    s->dlam = fpc_take(k, ME);
+    s->dbx = fpc_take(k, ME);
+    s->dxm = fpc_take(k, ME);
+    s->dx = fpc_take(k, ME);
+    s->dz = fpc_take(k, ME);
+    s->dxpre = fpc_take(k, ME);
+    s->dnrm = fpc_take(k, ME);
+    s->dyv = fpc_take(k, ME);
+    s->dt1 = fpc_take(k, 2 * ME);
+    s->dt2 = fpc_take(k, ME);
+    s->dcc = fpc_take(k, 2 * ME);
+    s->dcin = fpc_take(k, 2 * ME);
+    s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
 }
 
 size_t fp_rnn_cache_floats(const FpRnnCfg *c, int B, int T) {
     Carve k = {0};
     FwdCache f;
     carve_cache(c, &k, &f, B * T, c->n_back);
-    return k.used + 16;
+    return fpc_carved(&k);
 }
 
 size_t fp_rnn_scratch_floats(const FpRnnCfg *c, int B, int T) {
@@ -244,44 +209,10 @@ size_t fp_rnn_scratch_floats(const FpRnnCfg *c, int B, int T) {
     BwdScratch b;
     carve_fwd_scratch(c, &k, &s, B, T, 1);
     carve_bwd_scratch(c, &kb, &b, B * T);
-    return (k.used > kb.used ? k.used : kb.used) + 16;
+    return fpc_carved(k.used > kb.used ? &k : &kb);
 }
 
 /* ---- small pieces ----------------------------------------------------------------------------- */
-
-static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
-static float silu(float v) { return v * sigm(v); }
-static float dsilu(float v) {
-    float s = sigm(v);
-    return s * (1.0f + v * (1.0f - s));
-}
-
-static void shift_fwd(float *dst, const float *src, int B, int T, int E) {
-    for (int b = 0; b < B; b++) {
-        float *d = dst + (size_t)b * T * E;
-        const float *s = src + (size_t)b * T * E;
-        memset(d, 0, (size_t)E * sizeof(float));
-        if (T > 1) memcpy(d + E, s, (size_t)(T - 1) * E * sizeof(float));
-    }
-}
-
-static void shift_bwd(float *dsrc, const float *ddst, int B, int T, int E) {
-    for (int b = 0; b < B; b++)
-        k_axpby(dsrc + (size_t)b * T * E, 1.0f, ddst + ((size_t)b * T + 1) * E, 1.0f, (size_t)(T - 1) * E);
-}
-
-static void make_p(const FpRnnCfg *c, float *p, const float *xm, const float *s, int M) {
-    int E = c->E;
-    for (int m = 0; m < M; m++) {
-        const float *xr = xm + (size_t)m * E, *sr = s + (size_t)m * E;
-        float *pr = p + (size_t)m * c->dp;
-        memcpy(pr, xr, (size_t)E * sizeof(float));
-        if (c->h_dep && c->symm)
-            for (int i = 0; i < E; i++) pr[i] += sr[i];
-        else if (c->h_dep)
-            memcpy(pr + E, sr, (size_t)E * sizeof(float));
-    }
-}
 
 /* Diagonal scan h_t = a_t ⊙ h_{t−1} + (1 − a_t) ⊙ x_t from h_0 = 0.  a, x, h:(B,T,E). */
 static void dscan_fwd(float *h, const float *a, const float *x, int B, int T, int E) {
@@ -328,7 +259,7 @@ static void prepare(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, const float
     k_silu_fwd(f->bg, f->bpre, ME);
     k_linear_fwd(f->lam, f->act[BR_L], w->lam_w, w->lam_b, M, E, E);
     for (size_t i = 0; i < ME; i++) {
-        f->lam[i] = sigm(f->lam[i]);
+        f->lam[i] = fpc_sigm(f->lam[i]);
         f->bx[i] = f->bg[i] * f->act[BR_X][i];
     }
 }
@@ -336,41 +267,18 @@ static void prepare(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, const float
 /* One application of f on hin (B,T): fills s and s->h. s->mcache NULL = no-grad. */
 static void step_fwd(const FpRnnCfg *c, const FpRnnW *w, const FwdCache *f, StepBufs *s, const float *hin,
                      float *mscratch, int B, int T) {
-    int M = B * T;
-    size_t ME = (size_t)M * c->E;
-    if (s->hin && s->hin != hin) memcpy(s->hin, hin, ME * sizeof(float));
-    shift_fwd(s->s, hin, B, T, c->E);
-    make_p(c, s->p, f->act[BR_M], s->s, M);
-    for (size_t i = 0; i < ME; i++) s->v[i] = f->bx[i] - hin[i];
-    mixer_fwd(&c->mix, w->mixer, s->xt, s->p, s->v, M, s->mcache, mscratch);
-    k_axpby(s->xt, 1.0f, hin, 1.0f, ME);
-    dscan_fwd(s->h, f->lam, s->xt, B, T, c->E);
+    fpc_mix_fwd(&c->mix, c->h_dep, c->symm, w->mixer, &s->mix, f->act[BR_M], f->bx, hin, NULL, mscratch, B, T);
+    dscan_fwd(s->h, f->lam, s->mix.xt, B, T, c->E);
 }
 
 /* Backward of one graded step given dh on its output: dlam, dbx, dxm accumulate; when
  * dhprev != NULL, the gradient with respect to the step's input is added there. */
 static void step_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, const FwdCache *f, const StepBufs *s,
                      BwdScratch *g, const float *dh, float *dhprev, int B, int T) {
-    int M = B * T, E = c->E;
-    size_t ME = (size_t)M * E;
-    dscan_bwd(g->dxt, g->dlam, dh, f->lam, s->xt, s->h, B, T, E);
-    memset(g->dv, 0, ME * sizeof(float));
-    memset(g->dp, 0, (size_t)M * c->dp * sizeof(float));
-    mixer_bwd(&c->mix, w->mixer, dw->mixer, g->dp, g->dv, g->dxt, s->p, s->v, M, s->mcache, g->mscratch);
-    k_axpby(g->dbx, 1.0f, g->dv, 1.0f, ME);
-    memset(g->ds, 0, ME * sizeof(float));
-    for (int m = 0; m < M; m++) {
-        const float *pm = g->dp + (size_t)m * c->dp;
-        float *xm = g->dxm + (size_t)m * E, *sm = g->ds + (size_t)m * E;
-        for (int i = 0; i < E; i++) xm[i] += pm[i];
-        if (c->h_dep && dhprev)
-            for (int i = 0; i < E; i++) sm[i] += c->symm ? pm[i] : pm[E + i];
-    }
-    if (dhprev) {
-        k_axpby(dhprev, 1.0f, g->dxt, 1.0f, ME);
-        k_axpby(dhprev, -1.0f, g->dv, 1.0f, ME);
-        shift_bwd(dhprev, g->ds, B, T, E);
-    }
+    dscan_bwd(g->mix.dxt, g->dlam, dh, f->lam, s->mix.xt, s->h, B, T, c->E);
+    memset(g->mix.ds, 0, (size_t)B * T * c->E * sizeof(float));
+    fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dbx, g->dxm, dhprev, g->mscratch,
+                B, T);
 }
 
 /* c = silu(W_c silu(conv_c([x ; h]))); out = W_out RMSNorm(silu(z) ⊙ c ⊙ h) */
@@ -386,7 +294,7 @@ static void output_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, float *o
     k_silu_fwd(f->cc, f->ccpre, 2 * ME);
     k_linear_fwd(f->cpre, f->cc, w->c_w, NULL, M, 2 * E, E);
     for (size_t i = 0; i < ME; i++) {
-        f->cg[i] = silu(f->cpre[i]);
+        f->cg[i] = fpc_silu(f->cpre[i]);
         f->yv[i] = f->cg[i] * h[i];
     }
     k_gated_rmsnorm_fwd(f->nrm, keep_rstd ? f->rstd : NULL, f->yv, f->z, w->norm_w, M, E, c->eps);
@@ -426,18 +334,16 @@ static int graded_and_output(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, Fw
         }
     }
     output_fwd(c, w, f, out, h, B, T, with_cache);
-    for (size_t i = 0; i < (size_t)B * T * c->D; i++)
-        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_rnn: non-finite output");
-    return IM_OK;
+    return fpc_check_finite(out, (size_t)B * T * c->D, "fp_rnn");
 }
 
 static FwdCache *begin_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdScratch *sc, FwdCache *fc, const float *u,
                            float *cache, float *scratch, int B, int T) {
-    Carve ks = {align64(scratch), 0};
+    Carve ks = fpc_carve(scratch);
     carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
     FwdCache *f = &sc->pre;
     if (cache) {
-        Carve kc = {align64(cache), 0};
+        Carve kc = fpc_carve(cache);
         carve_cache(c, &kc, fc, B * T, c->n_back);
         f = fc;
     }
@@ -447,14 +353,9 @@ static FwdCache *begin_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdScratch *sc, F
 
 static int solve(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, FwdScratch *sc, const FpoOpts *opts,
                  FpMambaStats *st, int B, int T) {
-    size_t ME = (size_t)B * T * c->E;
-    memset(sc->Y, 0, ME * sizeof(float));
     SolveCtx sx = {c, w, f, &sc->ng, sc->mscratch, B, T};
-    FpMap map = {.ctx = &sx, .n = ME, .nb = B, .f = solve_f};
-    FpoStats fs = {0};
-    int rc = fpo_solve(&map, (size_t)c->E, sc->Y, opts, &fs, sc->solver);
-    if (st) *st = (FpMambaStats){fs.iters, 0, fs.converged, fs.best_max};
-    return rc;
+    FpMap map = {.ctx = &sx, .n = (size_t)B * T * c->E, .nb = B, .f = solve_f};
+    return fpc_solve(&map, c->E, sc->Y, opts, st, 0, sc->solver);
 }
 
 int fp_rnn_fwd(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const FpoOpts *opts,
@@ -487,17 +388,17 @@ int fp_rnn_fwd_at(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u
 
 /* dpre = dact ⊙ silu'(pre) (written) */
 static void silu_back(float *dpre, const float *dact, const float *pre, size_t n) {
-    for (size_t i = 0; i < n; i++) dpre[i] = dact[i] * dsilu(pre[i]);
+    for (size_t i = 0; i < n; i++) dpre[i] = dact[i] * fpc_dsilu(pre[i]);
 }
 
 void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const float *dout, const float *u,
                 const float *cache, float *scratch, int B, int T) {
     int M = B * T, E = c->E, D = c->D, W = c->W;
     size_t ME = (size_t)M * E;
-    Carve kc = {align64((float *)cache), 0};
+    Carve kc = fpc_carve((float *)cache);
     FwdCache fc, *f = &fc;
     carve_cache(c, &kc, &fc, M, c->n_back);
-    Carve ks = {align64(scratch), 0};
+    Carve ks = fpc_carve(scratch);
     BwdScratch g;
     carve_bwd_scratch(c, &ks, &g, M);
     const float *h = f->step[c->n_back - 1].h;
@@ -514,7 +415,7 @@ void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const
     k_gated_rmsnorm_bwd(g.dyv, g.dz, dw->norm_w, g.dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
     for (size_t i = 0; i < ME; i++) {
         g.dh[i] += g.dyv[i] * f->cg[i];
-        g.dt2[i] = g.dyv[i] * h[i] * dsilu(f->cpre[i]); /* d cpre */
+        g.dt2[i] = g.dyv[i] * h[i] * fpc_dsilu(f->cpre[i]); /* d cpre */
     }
     memset(g.dcc, 0, 2 * ME * sizeof(float));
     k_linear_bwd(g.dcc, dw->c_w, NULL, g.dt2, f->cc, w->c_w, M, 2 * E, E);
@@ -543,7 +444,7 @@ void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const
         float l = f->lam[i];
         g.dlam[i] *= l * (1.0f - l);
         g.dx[i] += g.dbx[i] * f->bg[i];
-        g.dt2[i] = g.dbx[i] * f->act[BR_X][i] * dsilu(f->bpre[i]); /* d bpre */
+        g.dt2[i] = g.dbx[i] * f->act[BR_X][i] * fpc_dsilu(f->bpre[i]); /* d bpre */
     }
     k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g.dlam, f->act[BR_L], w->lam_w, M, E, E);
     k_linear_bwd(dact[BR_B], dw->b_w, NULL, g.dt2, f->act[BR_B], w->b_w, M, E, E);
@@ -573,10 +474,8 @@ typedef struct {
 static void tok_f(void *ctx, float *out, const float *h) {
     TokCtx *t = ctx;
     size_t BE = (size_t)t->B * t->c->E;
-    for (size_t i = 0; i < BE; i++) t->v[i] = t->bx[i] - h[i];
-    mixer_fwd(&t->c->mix, t->w->mixer, t->xt, t->p, t->v, t->B, NULL, t->mscratch);
-    for (size_t i = 0; i < BE; i++)
-        out[i] = t->lam[i] * t->hprev[i] + (1.0f - t->lam[i]) * (t->xt[i] + h[i]);
+    fpc_mix_apply(&t->c->mix, t->w->mixer, t->xt, t->v, t->p, NULL, t->bx, h, t->B, t->mscratch);
+    for (size_t i = 0; i < BE; i++) out[i] = t->lam[i] * t->hprev[i] + (1.0f - t->lam[i]) * t->xt[i];
 }
 
 size_t fp_rnn_state_floats(const FpRnnCfg *c, int B) {
@@ -590,39 +489,39 @@ typedef struct {
 
 static void carve_tok(const FpRnnCfg *c, Carve *k, TokBufs *t, int B) {
     size_t BE = (size_t)B * c->E;
-    t->xpre = take(k, BE);
-    t->z = take(k, BE);
-    for (int i = 0; i < N_BR; i++) t->act[i] = take(k, BE);
-    t->bg = take(k, BE);
-    t->lam = take(k, BE);
-    t->bx = take(k, BE);
-    t->s = take(k, BE);
-    t->p = take(k, (size_t)B * c->dp);
-    t->v = take(k, BE);
-    t->xt = take(k, BE);
-    t->Y = take(k, BE);
-    t->h = take(k, BE);
-    t->cin = take(k, 2 * BE);
-    t->cc = take(k, 2 * BE);
-    t->cg = take(k, BE);
-    t->yv = take(k, BE);
-    t->nrm = take(k, BE);
-    t->solver = take(k, fpo_scratch_floats(BE, B));
-    t->mscratch = take(k, mixer_scratch_floats(&c->mix, B));
+    t->xpre = fpc_take(k, BE);
+    t->z = fpc_take(k, BE);
+    for (int i = 0; i < N_BR; i++) t->act[i] = fpc_take(k, BE);
+    t->bg = fpc_take(k, BE);
+    t->lam = fpc_take(k, BE);
+    t->bx = fpc_take(k, BE);
+    t->s = fpc_take(k, BE);
+    t->p = fpc_take(k, (size_t)B * c->dp);
+    t->v = fpc_take(k, BE);
+    t->xt = fpc_take(k, BE);
+    t->Y = fpc_take(k, BE);
+    t->h = fpc_take(k, BE);
+    t->cin = fpc_take(k, 2 * BE);
+    t->cc = fpc_take(k, 2 * BE);
+    t->cg = fpc_take(k, BE);
+    t->yv = fpc_take(k, BE);
+    t->nrm = fpc_take(k, BE);
+    t->solver = fpc_take(k, fpo_scratch_floats(BE, B));
+    t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
 }
 
 size_t fp_rnn_step_scratch_floats(const FpRnnCfg *c, int B) {
     Carve k = {0};
     TokBufs t;
     carve_tok(c, &k, &t, B);
-    return k.used + 16;
+    return fpc_carved(&k);
 }
 
 int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, float *state, const FpoOpts *opts,
                 FpMambaStats *st, float *scratch, int B) {
     int E = c->E, D = c->D, W = c->W;
     size_t BE = (size_t)B * E;
-    Carve k = {align64(scratch), 0};
+    Carve k = fpc_carve(scratch);
     TokBufs t;
     carve_tok(c, &k, &t, B);
     float *xwin = state, *cwin = xwin + BE * W, *hprev = cwin + 2 * BE * W;
@@ -639,22 +538,14 @@ int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, 
     k_silu_fwd(t.bg, t.bg, BE);
     k_linear_fwd(t.lam, t.act[BR_L], w->lam_w, w->lam_b, B, E, E);
     for (size_t i = 0; i < BE; i++) {
-        t.lam[i] = sigm(t.lam[i]);
+        t.lam[i] = fpc_sigm(t.lam[i]);
         t.bx[i] = t.bg[i] * t.act[BR_X][i];
     }
     /* s = h*_{t−1} is fixed during the token's iterations, and so is p */
-    make_p(c, t.p, t.act[BR_M], hprev, B);
+    fpc_make_p(t.p, t.act[BR_M], hprev, B, E, c->h_dep, c->symm);
     TokCtx tc = {c, w, t.lam, t.bx, hprev, t.p, t.v, t.xt, t.mscratch, B};
     FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
-    memset(t.Y, 0, BE * sizeof(float));
-    FpoStats fs = {0};
-    int rc = fpo_solve(&map, (size_t)E, t.Y, opts, &fs, t.solver);
-    if (st) {
-        st->iters += fs.iters;
-        st->tokens += 1;
-        st->converged = fs.converged;
-        if (fs.best_max > st->best_max) st->best_max = fs.best_max;
-    }
+    int rc = fpc_solve(&map, E, t.Y, opts, st, 1, t.solver);
     if (rc) return rc;
     for (int kk = 0; kk < c->n_back; kk++) {
         tok_f(&tc, t.h, t.Y);
@@ -667,11 +558,9 @@ int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, 
     k_conv1d_step(t.cc, cwin, cwin, t.cin, w->cc_w, w->cc_b, B, 2 * E, W);
     k_silu_fwd(t.cc, t.cc, 2 * BE);
     k_linear_fwd(t.cg, t.cc, w->c_w, NULL, B, 2 * E, E);
-    for (size_t i = 0; i < BE; i++) t.yv[i] = silu(t.cg[i]) * t.h[i];
+    for (size_t i = 0; i < BE; i++) t.yv[i] = fpc_silu(t.cg[i]) * t.h[i];
     k_gated_rmsnorm_fwd(t.nrm, NULL, t.yv, t.z, w->norm_w, B, E, c->eps);
     k_linear_fwd(out, t.nrm, w->o_proj, NULL, B, E, D);
     memcpy(hprev, t.h, BE * sizeof(float));
-    for (size_t i = 0; i < (size_t)B * D; i++)
-        if (!isfinite(out[i])) return err_set(IM_ENUM, "fp_rnn: non-finite output");
-    return IM_OK;
+    return fpc_check_finite(out, (size_t)B * D, "fp_rnn");
 }

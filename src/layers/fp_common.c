@@ -1,0 +1,319 @@
+/* fp_common.c: the pieces the fixed-point layers share (see fp_common.h). */
+#include "fp_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "../kernels/kernels.h"
+
+/* F.normalize's default eps for b̄, c̄ */
+#define BC_EPS 1e-12f
+
+void fpc_shift_fwd(float *dst, const float *src, int B, int T, int E) {
+    for (int b = 0; b < B; b++) {
+        float *d = dst + (size_t)b * T * E;
+        const float *s = src + (size_t)b * T * E;
+        memset(d, 0, (size_t)E * sizeof(float));
+        if (T > 1) memcpy(d + E, s, (size_t)(T - 1) * E * sizeof(float));
+    }
+}
+
+void fpc_shift_bwd(float *dsrc, const float *ddst, int B, int T, int E) {
+    for (int b = 0; b < B; b++)
+        k_axpby(dsrc + (size_t)b * T * E, 1.0f, ddst + ((size_t)b * T + 1) * E, 1.0f, (size_t)(T - 1) * E);
+}
+
+void fpc_l2norm_rows(float *y, const float *x, int M, int N) {
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * N;
+        double s = 0;
+        for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j];
+        float nrm = (float)sqrt(s), inv = 1.0f / (nrm > BC_EPS ? nrm : BC_EPS);
+        for (int j = 0; j < N; j++) y[(size_t)m * N + j] = xm[j] * inv;
+    }
+}
+
+void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N) {
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * N, *gm = dy + (size_t)m * N;
+        double s = 0, dot = 0;
+        for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j], dot += (double)xm[j] * gm[j];
+        float nrm = (float)sqrt(s);
+        if (nrm > BC_EPS) {
+            float a = 1.0f / nrm, bcoef = (float)(dot / ((double)nrm * nrm * nrm));
+            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += a * gm[j] - bcoef * xm[j];
+        } else { /* the clamp: normalize(x) = x / eps */
+            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += gm[j] / BC_EPS;
+        }
+    }
+}
+
+int fpc_check_finite(const float *out, size_t n, const char *who) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(out[i])) return err_set(IM_ENUM, "%s: non-finite output", who);
+    return IM_OK;
+}
+
+/* ---- parameters -------------------------------------------------------------------------------- */
+
+void fpc_param_add(ParamTable *t, const char *prefix, const char *suffix, InitRule init, float a, float b, int decay,
+                   int nd, int d0, int d1, int d2) {
+    char name[PARAM_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    if (nd == 1) ptab_add(t, name, init, a, b, decay, 1, d0);
+    else if (nd == 2) ptab_add(t, name, init, a, b, decay, 2, d0, d1);
+    else ptab_add(t, name, init, a, b, decay, 3, d0, d1, d2);
+}
+
+float *fpc_param_find(const ParamTable *t, float *block, const char *prefix, const char *suffix) {
+    char name[PARAM_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    const ParamInfo *p = ptab_find(t, name);
+    return p ? block + p->offset : NULL;
+}
+
+void fpc_mixer_add_params(const MixerCfg *mix, ParamTable *t, const char *prefix) {
+    char mp[PARAM_NAME_LEN];
+    snprintf(mp, sizeof mp, "%s.mixer", prefix);
+    mixer_add_params(mix, t, mp);
+}
+
+MixerW *fpc_mixer_bind(const MixerCfg *mix, const ParamTable *t, float *block, const char *prefix, float *eff) {
+    char mp[PARAM_NAME_LEN];
+    snprintf(mp, sizeof mp, "%s.mixer", prefix);
+    MixerW *w = calloc(1, sizeof *w);
+    CHECK(w, "out of memory");
+    mixer_bind(mix, w, t, block, mp, eff);
+    return w;
+}
+
+void fpc_bczy_add_params(ParamTable *t, const char *prefix, int N, int E, int has_zy) {
+    fpc_param_add(t, prefix, "bc_proj.weight_g", INIT_ONE, 0, 0, 1, 2, 2 * N, 1, 0);
+    fpc_param_add(t, prefix, "bc_proj.weight_v", INIT_UNIFORM, 1 / sqrtf((float)E), 0, 1, 2, 2 * N, E, 0);
+    if (has_zy) {
+        fpc_param_add(t, prefix, "zy_proj.weight_g", INIT_ONE, 0, 0, 1, 2, E, 1, 0);
+        fpc_param_add(t, prefix, "zy_proj.weight_v", INIT_UNIFORM, 1 / sqrtf((float)E), 0, 1, 2, E, E, 0);
+    }
+}
+
+size_t fpc_bczy_eff_floats(int N, int E, int has_zy) {
+    size_t n = 2 * (size_t)N * E + 16;
+    if (has_zy) n += (size_t)E * E + 16;
+    return n;
+}
+
+float *fpc_bczy_bind(LinearW *bc, LinearW *zy, const ParamTable *t, float *block, const char *prefix, float *eff, int N,
+                     int E) {
+    bc->g = fpc_param_find(t, block, prefix, "bc_proj.weight_g");
+    bc->v = fpc_param_find(t, block, prefix, "bc_proj.weight_v");
+    bc->W = eff;
+    eff += 2 * (size_t)N * E + 16;
+    if (zy) {
+        zy->g = fpc_param_find(t, block, prefix, "zy_proj.weight_g");
+        zy->v = fpc_param_find(t, block, prefix, "zy_proj.weight_v");
+        zy->W = eff;
+        eff += (size_t)E * E + 16;
+    }
+    return eff;
+}
+
+void fpc_bczy_init(LinearW *bc, LinearW *zy, int N, int E) {
+    WnOpts o = WN_OPTS_DEFAULT;
+    linear_wn_init(bc, &o, 2 * N, E);
+    if (zy) linear_wn_init(zy, &o, E, E);
+}
+
+void fpc_bczy_refresh(LinearW *bc, LinearW *zy, int N, int E) {
+    WnOpts o = WN_OPTS_DEFAULT;
+    linear_wn_refresh(bc, &o, 2 * N, E);
+    if (zy) linear_wn_refresh(zy, &o, E, E);
+}
+
+void fpc_bczy_wn_bwd(const LinearW *bc, LinearW *dbc, const LinearW *zy, LinearW *dzy, int N, int E) {
+    WnOpts o = WN_OPTS_DEFAULT;
+    linear_wn_bwd(bc, dbc, &o, 2 * N, E);
+    if (zy) linear_wn_bwd(zy, dzy, &o, E, E);
+}
+
+/* ---- the mixing stage -------------------------------------------------------------------------- */
+
+void fpc_carve_mix(Carve *k, FpcMix *s, const MixerCfg *mix, int M, int with_cache) {
+    size_t ME = (size_t)M * mix->d;
+    s->yin = with_cache ? fpc_take(k, ME) : NULL;
+    s->s = fpc_take(k, ME);
+    s->p = fpc_take(k, (size_t)M * mix->dp);
+    s->v = fpc_take(k, ME);
+    s->mcache = with_cache ? fpc_take(k, mixer_cache_floats(mix, M)) : NULL;
+    s->xt = fpc_take(k, ME);
+}
+
+void fpc_carve_mix_grad(Carve *k, FpcMixGrad *g, const MixerCfg *mix, int M) {
+    size_t ME = (size_t)M * mix->d;
+    g->dxt = fpc_take(k, ME);
+    g->dv = fpc_take(k, ME);
+    g->dp = fpc_take(k, (size_t)M * mix->dp);
+    g->ds = fpc_take(k, ME);
+}
+
+void fpc_make_p(float *p, const float *x, const float *s, int M, int E, int h_dep, int symm) {
+    int dp = h_dep && !symm ? 2 * E : E;
+#pragma omp parallel for schedule(static) if ((long)M * E >= FPC_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * E, *sm = s + (size_t)m * E;
+        float *pm = p + (size_t)m * dp;
+        if (!h_dep) memcpy(pm, xm, (size_t)E * sizeof(float));
+        else if (symm)
+            for (int i = 0; i < E; i++) pm[i] = xm[i] + sm[i];
+        else {
+            memcpy(pm, xm, (size_t)E * sizeof(float));
+            memcpy(pm + E, sm, (size_t)E * sizeof(float));
+        }
+    }
+}
+
+void fpc_make_p_bwd(float *dx, float *ds, const float *dp, int M, int E, int h_dep, int symm) {
+    int w = h_dep && !symm ? 2 * E : E;
+#pragma omp parallel for schedule(static) if ((long)M * E >= FPC_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        const float *pm = dp + (size_t)m * w;
+        float *xm = dx + (size_t)m * E;
+        for (int i = 0; i < E; i++) xm[i] += pm[i];
+        if (h_dep && ds) {
+            float *sm = ds + (size_t)m * E;
+            for (int i = 0; i < E; i++) sm[i] += symm ? pm[i] : pm[E + i];
+        }
+    }
+}
+
+/* v = a − y, xt = Q(p) v + y; with rawfix the fixed share of the projections stands for p's
+ * first split columns and pvar:(M, dp − split) for the rest (mixer_fwd_fixed). */
+static void mix_apply(const MixerCfg *mix, const MixerW *w, float *xt, float *v, const float *p, const float *rawfix,
+                      const float *pvar, int split, const float *a, const float *y, int M, float *mcache,
+                      float *mscratch) {
+    size_t ME = (size_t)M * mix->d;
+#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
+    for (size_t i = 0; i < ME; i++) v[i] = a[i] - y[i];
+    if (rawfix) mixer_fwd_fixed(mix, w, xt, rawfix, pvar, split, v, M, mscratch);
+    else mixer_fwd(mix, w, xt, p, v, M, mcache, mscratch);
+    k_axpby(xt, 1.0f, y, 1.0f, ME);
+}
+
+void fpc_mix_fwd(const MixerCfg *mix, int h_dep, int symm, const MixerW *w, FpcMix *s, const float *x,
+                 const float *a, const float *yin, const float *rawfix, float *mscratch, int B, int T) {
+    int M = B * T, E = mix->d;
+    if (s->yin && s->yin != yin) memcpy(s->yin, yin, (size_t)M * E * sizeof(float));
+    fpc_shift_fwd(s->s, yin, B, T, E);
+    if (rawfix) {
+        /* x's share is in rawfix; only s (h_dep) still enters the projections */
+        mix_apply(mix, w, s->xt, s->v, NULL, rawfix, h_dep ? s->s : NULL, mix->dp - (h_dep ? E : 0), a, yin, M, NULL,
+                  mscratch);
+    } else {
+        fpc_make_p(s->p, x, s->s, M, E, h_dep, symm);
+        mix_apply(mix, w, s->xt, s->v, s->p, NULL, NULL, 0, a, yin, M, s->mcache, mscratch);
+    }
+}
+
+void fpc_mix_apply(const MixerCfg *mix, const MixerW *w, float *xt, float *v, const float *p, const float *rawfix,
+                   const float *a, const float *y, int M, float *mscratch) {
+    mix_apply(mix, w, xt, v, p, rawfix, NULL, mix->dp, a, y, M, NULL, mscratch);
+}
+
+void fpc_mix_bwd(const MixerCfg *mix, int h_dep, int symm, const MixerW *w, MixerW *dw, const FpcMix *s,
+                 FpcMixGrad *g, float *da, float *dx, float *dyprev, float *mscratch, int B, int T) {
+    int M = B * T, E = mix->d;
+    size_t ME = (size_t)M * E;
+    /* x̃ = Q(p) v + yin,  v = a − yin,  p = [x ; s] | x + s | x */
+    memset(g->dv, 0, ME * sizeof(float));
+    memset(g->dp, 0, (size_t)M * mix->dp * sizeof(float));
+    mixer_bwd(mix, w, dw, g->dp, g->dv, g->dxt, s->p, s->v, M, s->mcache, mscratch);
+    k_axpby(da, 1.0f, g->dv, 1.0f, ME);
+    fpc_make_p_bwd(dx, dyprev ? g->ds : NULL, g->dp, M, E, h_dep, symm);
+    if (dyprev) {
+        k_axpby(dyprev, 1.0f, g->dxt, 1.0f, ME);
+        k_axpby(dyprev, -1.0f, g->dv, 1.0f, ME);
+        fpc_shift_bwd(dyprev, g->ds, B, T, E);
+    }
+}
+
+/* ---- the Mamba layers: b̄, c̄ and the in-loop gate ------------------------------------------------ */
+
+void fpc_carve_bc(Carve *k, FpcBc *b, int M, int N) {
+    size_t MN = (size_t)M * N;
+    b->braw = fpc_take(k, MN);
+    b->craw = fpc_take(k, MN);
+    b->bbar = fpc_take(k, MN);
+    b->cbar = fpc_take(k, MN);
+}
+
+void fpc_carve_bc_grad(Carve *k, FpcBcGrad *g, int M, int N) {
+    size_t MN = (size_t)M * N;
+    g->dbbar = fpc_take(k, MN);
+    g->dcbar = fpc_take(k, MN);
+    g->dbraw = fpc_take(k, MN);
+    g->dcraw = fpc_take(k, MN);
+    g->dB = fpc_take(k, MN);
+    g->dC = fpc_take(k, MN);
+}
+
+void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, const float *Cm, int M, int E, int N,
+                int norm) {
+    size_t MN = (size_t)M * N;
+    k_linear_fwd(b->braw, s, Wbc, NULL, M, E, N);
+    k_linear_fwd(b->craw, s, Wbc + (size_t)N * E, NULL, M, E, N);
+    k_axpby(b->braw, 1.0f, Bm, 1.0f, MN);
+    k_axpby(b->craw, 1.0f, Cm, 1.0f, MN);
+    if (norm) {
+        fpc_l2norm_rows(b->bbar, b->braw, M, N);
+        fpc_l2norm_rows(b->cbar, b->craw, M, N);
+    } else {
+        memcpy(b->bbar, b->braw, MN * sizeof(float));
+        memcpy(b->cbar, b->craw, MN * sizeof(float));
+    }
+}
+
+void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const float *Wbc, const float *s, int M, int E,
+                int N, int norm) {
+    size_t MN = (size_t)M * N;
+    float *dbraw = g->dbbar, *dcraw = g->dcbar;
+    if (norm) {
+        memset(g->dbraw, 0, MN * sizeof(float));
+        memset(g->dcraw, 0, MN * sizeof(float));
+        fpc_l2norm_rows_bwd(g->dbraw, g->dbbar, b->braw, M, N);
+        fpc_l2norm_rows_bwd(g->dcraw, g->dcbar, b->craw, M, N);
+        dbraw = g->dbraw;
+        dcraw = g->dcraw;
+    }
+    k_axpby(g->dB, 1.0f, dbraw, 1.0f, MN);
+    k_axpby(g->dC, 1.0f, dcraw, 1.0f, MN);
+    /* By = s W_bc[0:N]ᵀ, Cy = s W_bc[N:]ᵀ */
+    k_linear_bwd(ds, dWbc, NULL, dbraw, s, Wbc, M, E, N);
+    k_linear_bwd(ds, dWbc ? dWbc + (size_t)N * E : NULL, NULL, dcraw, s, Wbc + (size_t)N * E, M, E, N);
+}
+
+void fpc_glu_bwd(float *dz, float *dop, const float *opre, const float *z, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= FPC_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float zz = z[i], sg = fpc_sigm(zz), d = dop[i];
+        dz[i] += d * opre[i] * sg * (1.0f + zz * (1.0f - sg));
+        dop[i] = d * zz * sg;
+    }
+}
+
+/* ---- the solve --------------------------------------------------------------------------------- */
+
+int fpc_solve(const FpMap *map, int E, float *Y, const FpoOpts *opts, FpMambaStats *st, int per_token, float *solver) {
+    memset(Y, 0, map->n * sizeof(float));
+    FpoStats fs = {0};
+    int rc = fpo_solve(map, (size_t)E, Y, opts, &fs, solver);
+    if (st && per_token) {
+        st->iters += fs.iters;
+        st->tokens += 1;
+        st->converged = fs.converged;
+        if (fs.best_max > st->best_max) st->best_max = fs.best_max;
+    } else if (st) {
+        *st = (FpMambaStats){fs.iters, 0, fs.converged, fs.best_max};
+    }
+    return rc;
+}

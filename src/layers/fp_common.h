@@ -1,0 +1,185 @@
+/* fp_common.h: the pieces the three fixed-point layers share (not a public header): FPMamba1
+ * (fp_mamba.c), FPMamba2 (fp_mamba2.c) and the vector FP-RNN (fp_rnn.c).
+ *
+ * The three differ in what they prepare and in the recurrence they iterate, but run the same
+ * mixing stage on every application of f (spec fp-rnn §3.1–§3.3), from the iterate y, the
+ * branch x the mixer reads and the target a it mixes:
+ *   s = shift(y) (s_t = y_{t−1}, s_1 = 0);   p = [x ; s] (h_dep), x + s (h_dep && symm), x;
+ *   v = a − y;   x̃ = Q(p) v + y
+ * and the same solve, graded steps and memory scheme around it. The two Mamba layers also share
+ * b̄ = normalize(B + By), c̄ = normalize(C + Cy) with [By ; Cy] = W_bc s, and the weight-normed
+ * W_bc / W_zy. Keeping these in one place keeps the layers' forward and backward from drifting
+ * apart; what stays in each layer file is what is its own.
+ *
+ * Memory follows STYLE §8.6: a layer carves its buffers from one caller-owned block in a fixed
+ * order, and the same carve run on a NULL base measures the block.
+ */
+#ifndef IMPLICIT_LAYERS_FP_COMMON_H
+#define IMPLICIT_LAYERS_FP_COMMON_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../fixedpoint/fpo.h"
+#include "../models/params.h"
+#include "fp_mamba.h" /* FpMambaStats, the statistics type of all three layers */
+#include "linear.h"
+#include "mixer.h"
+
+/* Element loops of the FP layers fork only above this many floats. */
+#define FPC_PAR_MIN 16384
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+/* Bump allocation; with base NULL it only measures. */
+typedef struct {
+    float *base;
+    size_t used;
+} Carve;
+
+/* n floats from k, rounded up to 16 floats so that every piece stays 64-byte aligned. */
+static inline float *fpc_take(Carve *k, size_t n) {
+    float *p = k->base ? k->base + k->used : NULL;
+    k->used += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+/* A carve over mem rounded up to 64 bytes; mem NULL gives a measuring carve. */
+static inline Carve fpc_carve(float *mem) {
+    return (Carve){(float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63), 0};
+}
+
+/* Floats a caller allocates for what a measuring carve counted (plus fpc_carve's rounding). */
+static inline size_t fpc_carved(const Carve *k) { return k->used + 16; }
+
+/* ---- small functions --------------------------------------------------------------------------- */
+
+static inline float fpc_sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+static inline float fpc_silu(float v) { return v * fpc_sigm(v); }
+static inline float fpc_dsilu(float v) {
+    float s = fpc_sigm(v);
+    return s * (1.0f + v * (1.0f - s));
+}
+/* torch's softplus (threshold 20) */
+static inline float fpc_softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+/* dst[b,t] = src[b,t−1], dst[b,0] = 0; dst, src:(B,T,E). */
+void fpc_shift_fwd(float *dst, const float *src, int B, int T, int E);
+/* Its backward: dsrc[b,t−1] += ddst[b,t]. */
+void fpc_shift_bwd(float *dsrc, const float *ddst, int B, int T, int E);
+
+/* y = x / max(‖x‖, 1e-12) per row (F.normalize's default eps); x, y:(M,N). */
+void fpc_l2norm_rows(float *y, const float *x, int M, int N);
+/* dx += (∂ normalize(x) / ∂x)ᵀ dy per row; dx, dy, x:(M,N). */
+void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N);
+
+/* err_set(IM_ENUM, "<who>: non-finite output") if out:(n) holds a NaN or inf, else IM_OK. */
+int fpc_check_finite(const float *out, size_t n, const char *who);
+
+/* ---- parameters -------------------------------------------------------------------------------- */
+
+/* ptab_add of the tensor prefix.suffix with nd (1..3) of the dims d0, d1, d2. */
+void fpc_param_add(ParamTable *t, const char *prefix, const char *suffix, InitRule init, float a, float b, int decay,
+                   int nd, int d0, int d1, int d2);
+/* block + the offset of prefix.suffix, or NULL when the table has no such tensor. */
+float *fpc_param_find(const ParamTable *t, float *block, const char *prefix, const char *suffix);
+
+/* The mixer's tensors under prefix.mixer. */
+void fpc_mixer_add_params(const MixerCfg *mix, ParamTable *t, const char *prefix);
+/* A binding of the mixer under prefix.mixer (effective weights at eff); the caller frees it. */
+MixerW *fpc_mixer_bind(const MixerCfg *mix, const ParamTable *t, float *block, const char *prefix, float *eff);
+
+/* The Mamba layers' weight-normed W_bc (2N, E) ("bc_proj") and, with has_zy (glu_in_loop = 0),
+ * W_zy (E, E) ("zy_proj"): their (g, v) tensors, the floats of their effective weights (16 floats
+ * of slack after each keep the pieces apart), and the binding of those, which returns eff past
+ * them. zy NULL: no W_zy. */
+void fpc_bczy_add_params(ParamTable *t, const char *prefix, int N, int E, int has_zy);
+size_t fpc_bczy_eff_floats(int N, int E, int has_zy);
+float *fpc_bczy_bind(LinearW *bc, LinearW *zy, const ParamTable *t, float *block, const char *prefix, float *eff, int N,
+                     int E);
+/* g = ‖v‖ after the table's init rules; effective weights from (g, v); their gradients → dg, dv. */
+void fpc_bczy_init(LinearW *bc, LinearW *zy, int N, int E);
+void fpc_bczy_refresh(LinearW *bc, LinearW *zy, int N, int E);
+void fpc_bczy_wn_bwd(const LinearW *bc, LinearW *dbc, const LinearW *zy, LinearW *dzy, int N, int E);
+
+/* ---- the mixing stage -------------------------------------------------------------------------- */
+
+/* Buffers of the mixing stage of one application over M tokens (widths E = mix->d, dp = mix->dp). */
+typedef struct {
+    float *yin;    /* (M,E) input iterate, kept for the backward | NULL (no-grad) */
+    float *s;      /* (M,E) shift(yin) */
+    float *p;      /* (M,dp) mixer input */
+    float *v;      /* (M,E) a − yin */
+    float *mcache; /* mixer cache | NULL (no-grad) */
+    float *xt;     /* (M,E) x̃ = Q(p) v + yin */
+} FpcMix;
+
+/* Its backward temporaries. */
+typedef struct {
+    float *dxt, *dv; /* (M,E) */
+    float *dp;       /* (M,dp) */
+    float *ds;       /* (M,E) the gradient on s */
+} FpcMixGrad;
+
+void fpc_carve_mix(Carve *k, FpcMix *s, const MixerCfg *mix, int M, int with_cache);
+void fpc_carve_mix_grad(Carve *k, FpcMixGrad *g, const MixerCfg *mix, int M);
+
+/* p:(M,dp) from x, s:(M,E): [x ; s] per token (h_dep), x + s (h_dep && symm), x (!h_dep). */
+void fpc_make_p(float *p, const float *x, const float *s, int M, int E, int h_dep, int symm);
+/* Its backward: dx += dp's x share; ds += its s share (ds NULL: dropped). */
+void fpc_make_p_bwd(float *dx, float *ds, const float *dp, int M, int E, int h_dep, int symm);
+
+/* The mixing stage over (B,T) tokens from the iterate yin: s->yin (if carved) keeps yin, then s,
+ * p, v and xt as above. rawfix (no-grad only): the x share of the mixer projections, computed
+ * once per solve by mixer_project_fixed over split E; p is then not built. x, a, yin:(B,T,E). */
+void fpc_mix_fwd(const MixerCfg *mix, int h_dep, int symm, const MixerW *w, FpcMix *s, const float *x,
+                 const float *a, const float *yin, const float *rawfix, float *mscratch, int B, int T);
+/* The same for one token per sequence (M = B) whose p is already built: v = a − y,
+ * xt = Q(p) v + y, no-grad. rawfix: all of p's projections (mixer_project_fixed over dp) | NULL. */
+void fpc_mix_apply(const MixerCfg *mix, const MixerW *w, float *xt, float *v, const float *p, const float *rawfix,
+                   const float *a, const float *y, int M, float *mscratch);
+/* Backward of fpc_mix_fwd from g->dxt: the mixer's gradients into dw, da += dv, dx += p's x
+ * share (da and dx may be one buffer). With dyprev != NULL (the step's input gets a gradient)
+ * also g->ds += p's s share and dyprev += dxt − dv + shift_bwd(g->ds). g->ds holds the step's
+ * other gradients on s on entry (the caller zeroes it); g->dv and g->dp are overwritten. */
+void fpc_mix_bwd(const MixerCfg *mix, int h_dep, int symm, const MixerW *w, MixerW *dw, const FpcMix *s,
+                 FpcMixGrad *g, float *da, float *dx, float *dyprev, float *mscratch, int B, int T);
+
+/* ---- the Mamba layers: b̄, c̄ and the in-loop gate ------------------------------------------------ */
+
+typedef struct {
+    float *braw, *craw; /* (M,N) B + By, C + Cy */
+    float *bbar, *cbar; /* (M,N) normalised (or copied) */
+} FpcBc;
+
+typedef struct {
+    float *dbbar, *dcbar; /* (M,N) */
+    float *dbraw, *dcraw; /* (M,N) */
+    float *dB, *dC;       /* (M,N) accumulated over the graded steps */
+} FpcBcGrad;
+
+void fpc_carve_bc(Carve *k, FpcBc *b, int M, int N);
+void fpc_carve_bc_grad(Carve *k, FpcBcGrad *g, int M, int N);
+
+/* [By ; Cy] = W_bc s with Wbc:(2N,E), s:(M,E); braw = B + By, craw = C + Cy, Bm, Cm:(M,N);
+ * bbar, cbar = their rows normalised (norm) or copied. bbar may be Bm itself (and cbar Cm). */
+void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, const float *Cm, int M, int E, int N,
+                int norm);
+/* Backward from g->dbbar, g->dcbar: g->dB, g->dC +=, dWbc:(2N,E) += (NULL: skipped), ds:(M,E) +=
+ * (NULL: skipped). g->dbraw, g->dcraw are overwritten when norm. */
+void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const float *Wbc, const float *s, int M, int E,
+                int N, int norm);
+
+/* Backward of the in-loop gate o = opre ⊙ silu(z) (glu_in_loop), n floats: dz += do ⊙ opre ⊙
+ * silu'(z), and do ← do ⊙ silu(z) in place (the gradient on opre). */
+void fpc_glu_bwd(float *dz, float *dop, const float *opre, const float *z, size_t n);
+
+/* ---- the solve --------------------------------------------------------------------------------- */
+
+/* Y:(map->n) ← 0, then the no-grad FixedPointOptimizer solve of map (tokens of E floats). st (may
+ * be NULL) is set to its statistics, or with per_token (sequential mode) accumulates them over the
+ * tokens. solver: fpo_scratch_floats(map->n, map->nb). Returns fpo_solve's status. */
+int fpc_solve(const FpMap *map, int E, float *Y, const FpoOpts *opts, FpMambaStats *st, int per_token, float *solver);
+
+#endif
