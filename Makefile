@@ -3,6 +3,8 @@
 #   OMP=1|0              (default 1: OpenMP, part of gcc)
 #   SAN=1                ASan + UBSan        DEBUG=1   -O0, no native tuning
 #   NATIVE=0             do not tune for this CPU (-march=native is the default)
+#   MPI=1                data-parallel `implicit train` under mpirun: compile with mpicc (MPICC=...),
+#                        -DIM_MPI. Never switched on by detection: a plain build stays MPI-free.
 #   BUILD=dir            output folder (default build)
 #   PREFIX=/usr/local    for make install
 CC ?= cc
@@ -10,6 +12,11 @@ BUILD ?= build
 PREFIX ?= /usr/local
 OMP ?= 1
 NATIVE ?= 1
+MPI ?= 0
+MPICC ?= mpicc
+ifeq ($(MPI),1)
+  CC := $(MPICC)
+endif
 HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cblas.h - -lopenblas -o /dev/null 2>/dev/null && echo 1)
 BLAS ?= $(if $(HAVE_OPENBLAS),openblas,none)
 
@@ -33,6 +40,9 @@ endif
 ifeq ($(BLAS),openblas)
   CFLAGS_BASE += -DIM_OPENBLAS
   LDLIBS += -lopenblas
+endif
+ifeq ($(MPI),1)
+  CFLAGS_BASE += -DIM_MPI
 endif
 ifeq ($(WERROR),1)
   CFLAGS_BASE += -Werror
@@ -58,7 +68,7 @@ BIN := $(BUILD)/implicit
 all: config $(BIN)
 
 config:
-	@echo "implicit $(VERSION): CC=$(CC) BLAS=$(BLAS) OMP=$(OMP) SAN=$(SAN) DEBUG=$(DEBUG) NATIVE=$(NATIVE) -> $(BUILD)/"
+	@echo "implicit $(VERSION): CC=$(CC) BLAS=$(BLAS) OMP=$(OMP) SAN=$(SAN) DEBUG=$(DEBUG) NATIVE=$(NATIVE) MPI=$(MPI) -> $(BUILD)/"
 
 $(BUILD)/obj/src/kernels/cpu/%.o: src/kernels/cpu/%.c
 	@mkdir -p $(dir $@)

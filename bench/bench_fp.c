@@ -8,6 +8,9 @@
  * early: every step runs exactly 16 no-grad f evaluations (+ 1 graded), and bench/torch_bench.py's
  * fp_* cases (the torch FP-Mamba of tests/ref/gen_fp_mamba.py, threshold 0) run exactly the same
  * count; both sides print it (iters = mean no-grad evaluations per step and layer).
+ * The baselines of the paper's comparison run the same step at d_model 64 (C only; their PyTorch
+ * counterparts are not in bench/torch_bench.py): m2_64 (Mamba-2, 2 layers, headdim 16), m1_64
+ * (Mamba-1, 2 layers), gdn_64 (Gated DeltaNet, 2 layers, 2 heads of 16), lstm_64 (1 layer).
  * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=... iters=...` (medians after one warm-up).
  * Usage: bench_fp [--quick] [--cases a,b] [--repeats N]   (--quick: fewer timed repeats)
  */
@@ -27,11 +30,16 @@ typedef struct {
     const char *name;
     const char *d_model;
     int repeats, quick_repeats;
+    const char *model[12]; /* NULL: the FP-Mamba-H config below; else the model keys of a baseline */
 } Case;
 
 static const Case CASES[] = {
-    {"fp_h64", "64", 5, 2},
-    {"fp_h512", "512", 3, 1},
+    {"fp_h64", "64", 5, 2, {NULL}},
+    {"fp_h512", "512", 3, 1, {NULL}},
+    {"m2_64", "64", 5, 2, {"model", "mamba2", "n_layer", "2", "d_state", "16", "headdim", "16", NULL}},
+    {"m1_64", "64", 5, 2, {"model", "mamba1", "n_layer", "2", "d_state", "16", NULL}},
+    {"gdn_64", "64", 5, 2, {"model", "gated_deltanet", "n_layer", "2", "n_head", "2", "delta_head_dim", "16", NULL}},
+    {"lstm_64", "64", 5, 2, {"model", "lstm", "n_layer", "1", NULL}},
 };
 
 enum { B = 64, T = 17, V = 67 };
@@ -45,7 +53,14 @@ static void run(const Case *c, int repeats) {
                         "mixer_rank", "1", "mixer_h_dep", "1", "symm_mixer", "0", "short_conv", "0",
                         "glu_in_loop", "0", "fp_n_backwards", "1", "fp_max_iter", L_MAX, "fp_threshold", "1e-30",
                         NULL};
-    for (int i = 0; kv[i]; i += 2) CHECK(cfg_set(&mc, kv[i], kv[i + 1]) == 0, "%s", err_msg());
+    if (c->model[0]) {
+        cfg_defaults(&mc);
+        const char *base[] = {"vocab_size", "67", "pad_vocab_multiple", "8", "d_model", c->d_model, NULL};
+        for (int i = 0; base[i]; i += 2) CHECK(cfg_set(&mc, base[i], base[i + 1]) == 0, "%s", err_msg());
+        for (int i = 0; c->model[i]; i += 2) CHECK(cfg_set(&mc, c->model[i], c->model[i + 1]) == 0, "%s", err_msg());
+    } else {
+        for (int i = 0; kv[i]; i += 2) CHECK(cfg_set(&mc, kv[i], kv[i + 1]) == 0, "%s", err_msg());
+    }
     Model m;
     CHECK(model_create(&m, &mc) == 0, "%s", err_msg());
     model_init_params(&m, 1);
@@ -70,10 +85,12 @@ static void run(const Case *c, int repeats) {
         if (i >= 1) ts[i - 1] = timer_now() - t0, cs[i - 1] = cpu_now() - c0, iters += m.fp_iters;
     }
     double s = median(ts, repeats), cpu = median(cs, repeats);
-    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f iters=%.1f l_max=%s f_evals=%s+1 B=%d T=%d D=%s "
-           "params=%zu repeats=%d threads=%d blas=%s gemm=%s\n",
-           c->name, B * T / s, s * 1e3, cpu * 1e3, iters / repeats, L_MAX, L_MAX, B, T, c->d_model,
-           ptab_count(&m.tab), repeats, k_get_threads(), k_blas_name(), k_gemm_backend());
+    char fp[96] = "";
+    if (!c->model[0]) snprintf(fp, sizeof fp, " iters=%.1f l_max=%s f_evals=%s+1", iters / repeats, L_MAX, L_MAX);
+    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f%s model=%s B=%d T=%d D=%s params=%zu repeats=%d "
+           "threads=%d blas=%s gemm=%s\n",
+           c->name, B * T / s, s * 1e3, cpu * 1e3, fp, mc.model, B, T, c->d_model, ptab_count(&m.tab), repeats,
+           k_get_threads(), k_blas_name(), k_gemm_backend());
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);
@@ -82,7 +99,7 @@ static void run(const Case *c, int repeats) {
 
 int main(int argc, char **argv) {
     int quick = 0, repeats = 0;
-    const char *cases = "fp_h64,fp_h512";
+    const char *cases = "fp_h64,fp_h512,m2_64,m1_64,gdn_64,lstm_64";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];

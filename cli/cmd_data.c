@@ -1,5 +1,6 @@
-/* cmd_data.c: `implicit data dump` and `implicit data show`.
+/* cmd_data.c: `implicit data prepare`, `implicit data dump` and `implicit data show`.
  *
+ *   implicit data prepare TEXT... --out FILE.tok [--tokenizer byte] [--val_frac 0.1] [--val_split tail|per_file]
  *   implicit data dump OUT [--task word] [--group A5] [--p 0.9] [--len 64] [--n 1000]
  *                          [--split eval|train] [--batch 32] [--start 0] [--seed S] [any task key]
  *   implicit data show FILE [--rows 3] [--cols 32]
@@ -9,6 +10,8 @@
  * split holds samples start..start+N-1 of the eval stream at length --len and identity
  * probability --p; the train split holds the rows of steps start, start+1, ... in order, --batch
  * rows per step, exactly the batches `implicit train` draws with that batch size.
+ * `prepare` is different: it makes the token file the language-modelling task (task lm) trains on
+ * (format in src/data/textdata.h); `show` also reads token files.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +21,8 @@
 #include "../src/core/check.h"
 #include "../src/data/datafile.h"
 #include "../src/data/task.h"
+#include "../src/data/textdata.h"
+#include "../src/tok/tokenizer.h"
 
 static int fail(const char *hint) {
     fprintf(stderr, "error: %s\n", err_msg());
@@ -29,8 +34,16 @@ static void data_help(FILE *f) {
     TaskCfg c;
     task_cfg_defaults(&c);
     fprintf(f,
-            "usage: implicit data dump OUT [--key value ...]   write task rows to a binary file\n"
-            "       implicit data show FILE [--rows 3] [--cols 32]   check a dump and print its first rows\n"
+            "usage: implicit data prepare TEXT... --out FILE.tok [--tokenizer byte] [--val_frac 0.1]\n"
+            "                             [--val_split tail|per_file]   tokenize text files for task lm\n"
+            "       implicit data dump OUT [--key value ...]   write task rows to a binary file\n"
+            "       implicit data show FILE [--rows 3] [--cols 32]   check a dump or token file and print its start\n"
+            "prepare options:\n"
+            "  --out FILE       the token file (written atomically)\n"
+            "  --tokenizer S    byte (default: 256 ids, no files) | FILE.bpe (`implicit tokenizer train`) |\n"
+            "                   FILE.json (a Hugging Face tokenizer.json); files are joined with its end-of-text token\n"
+            "  --val_frac F     share of the tokens held out for validation, in [0, 1) (default 0.1)\n"
+            "  --val_split S    tail (default): the last F of all tokens | per_file: the last F of each file\n"
             "dump options:\n"
             "  --len L        task length (default: train_len; ios rows have L+1 tokens with BOS)\n"
             "  --n N          rows (default 1000)\n"
@@ -39,8 +52,10 @@ static void data_help(FILE *f) {
             "  --start I      first eval sample index, or first training step (default 0)\n"
             "task keys:\n");
     keytab_print(&task_keytab, &c, f);
-    fprintf(f, "file: \"IMPLDATA\", u32 version, N, T, V, flags, then N*T u16 inputs and N*T u16 targets\n"
-               "(little-endian; 0xFFFF = target not scored)\n");
+    fprintf(f, "dump file: \"IMPLDATA\", u32 version, N, T, V, flags, then N*T u16 inputs and N*T u16 targets\n"
+               "(little-endian; 0xFFFF = target not scored)\n"
+               "token file: \"IMPLTOK\\0\", u32 version, vocab, width (2|4), u64 n_train, n_val, u32 spec length, the\n"
+               "tokenizer spec, then the train and validation tokens (little-endian; docs/formats.md)\n");
 }
 
 /* A non-negative integer option value, with a message naming the option. */
@@ -153,6 +168,84 @@ static void print_row(const char *label, const int *v, int T, int cols) {
     printf("\n");
 }
 
+static int cmd_prepare(int argc, char **argv) {
+    const char *out = NULL, *spec = "byte", **texts = xcalloc((size_t)argc + 1, sizeof *texts);
+    double val_frac = 0.1;
+    int n_texts = 0, per_file = 0, rc = IM_OK;
+    for (int i = 0; i < argc && !rc; i++) {
+        if (strncmp(argv[i], "--", 2)) { texts[n_texts++] = argv[i]; continue; }
+        const char *k = argv[i] + 2, *v = i + 1 < argc ? argv[++i] : NULL;
+        if (!v) { rc = err_set(IM_EINVAL, "option '--%s' needs a value", k); break; }
+        if (!strcmp(k, "out")) out = v;
+        else if (!strcmp(k, "tokenizer")) spec = v;
+        else if (!strcmp(k, "val_frac")) {
+            char *end;
+            errno = 0;
+            val_frac = strtod(v, &end);
+            if (errno || end == v || *end || !(val_frac >= 0 && val_frac < 1))
+                rc = err_set(IM_EINVAL, "option '--val_frac': expected a number in [0, 1), got '%s'", v);
+        } else if (!strcmp(k, "val_split")) {
+            per_file = !strcmp(v, "per_file");
+            if (!per_file && strcmp(v, "tail")) rc = err_set(IM_EINVAL, "option '--val_split': '%s' is not tail or per_file", v);
+        } else {
+            rc = err_set(IM_EINVAL, "unknown option '--%s' for `implicit data prepare`", k);
+        }
+    }
+    if (!rc && !out) rc = err_set(IM_EINVAL, "`implicit data prepare` needs --out FILE.tok");
+    if (!rc && !n_texts) rc = err_set(IM_EINVAL, "`implicit data prepare` needs at least one text file");
+    if (rc) {
+        free(texts);
+        return fail("implicit data prepare input.txt --tokenizer byte --out data.tok [--val_frac 0.1]");
+    }
+    TextPrepInfo info;
+    rc = textdata_prepare(out, texts, n_texts, spec, val_frac, per_file, &info);
+    free(texts);
+    if (rc) return fail(rc == IM_EIO ? "check the input paths and that the output folder is writable" : NULL);
+    uint64_t n = info.n_train + info.n_val;
+    printf("wrote %s: %d file%s, %llu bytes -> %llu tokens (%.3f bytes/token), %llu train / %llu validation (%s), "
+           "vocab %d, %s tokens, tokenizer %s\n",
+           out, info.n_files, info.n_files == 1 ? "" : "s", (unsigned long long)info.bytes, (unsigned long long)n,
+           n ? (double)info.bytes / (double)n : 0.0, (unsigned long long)info.n_train, (unsigned long long)info.n_val,
+           per_file ? "the last share of each file" : "the last share of the text", info.vocab,
+           info.width == 2 ? "u16" : "u32", spec);
+    return 0;
+}
+
+/* Header and the first tokens of a token file (decoded when its tokenizer loads). */
+static int show_tokens(const char *path, long long cols) {
+    TextData *d;
+    if (textdata_open(&d, path)) return fail("was it written by `implicit data prepare` and copied completely?");
+    printf("%s: token file v%u, vocab %d, %d-byte tokens, %llu train / %llu validation tokens, tokenizer %s\n", path,
+           TEXTDATA_VERSION, textdata_vocab(d), textdata_width(d), (unsigned long long)textdata_count(d, TEXT_TRAIN),
+           (unsigned long long)textdata_count(d, TEXT_VAL), textdata_spec(d));
+    Tokenizer *tk = NULL;
+    if (tok_load(&tk, textdata_spec(d))) fprintf(stderr, "note: cannot load the tokenizer (%s); ids only\n", err_msg());
+    for (int s = 0; s < 2; s++) {
+        uint64_t n = textdata_count(d, s) < (uint64_t)cols ? textdata_count(d, s) : (uint64_t)cols;
+        int *ids = xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+        textdata_get(d, s, 0, (int)n, ids);
+        print_row(s ? "val  " : "train", ids, (int)n, (int)cols);
+        char *text;
+        size_t len;
+        if (tk && !tok_decode(tk, ids, n, &text, &len)) {
+            printf("  text   \"");
+            for (size_t j = 0; j < len; j++) {
+                unsigned char c = (unsigned char)text[j];
+                if (c == '\n') printf("\\n");
+                else if (c == '"' || c == '\\') printf("\\%c", c);
+                else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+                else putchar(c);
+            }
+            printf("\"\n");
+            free(text);
+        }
+        free(ids);
+    }
+    tok_free(tk);
+    textdata_free(d);
+    return 0;
+}
+
 static int cmd_show(int argc, char **argv) {
     if (argc < 1 || !strncmp(argv[0], "--", 2)) {
         err_set(IM_EINVAL, "`implicit data show` needs a file");
@@ -167,6 +260,13 @@ static int cmd_show(int argc, char **argv) {
         else rc = err_set(IM_EINVAL, "unknown option '%s' for `implicit data show`", argv[i]);
         if (rc) return fail("implicit data show FILE [--rows 3] [--cols 32]");
     }
+    FILE *probe = fopen(argv[0], "rb");
+    char magic[8] = {0};
+    if (probe) {
+        if (fread(magic, 1, 8, probe) != 8) magic[0] = 0;
+        fclose(probe);
+    }
+    if (!memcmp(magic, TEXTDATA_MAGIC, 8)) return show_tokens(argv[0], cols);
     DataReader r;
     int rc = datafile_open(&r, argv[0]);
     if (rc) return fail(rc == IM_EIO ? "check the path" : "was it written by `implicit data dump` and copied completely?");
@@ -196,8 +296,10 @@ int cmd_data(int argc, char **argv) {
         data_help(stdout);
         return 0;
     }
+    if (!strcmp(argv[0], "prepare")) return cmd_prepare(argc - 1, argv + 1);
     if (!strcmp(argv[0], "dump")) return cmd_dump(argc - 1, argv + 1);
     if (!strcmp(argv[0], "show")) return cmd_show(argc - 1, argv + 1);
     err_set(IM_EINVAL, "unknown `implicit data` command '%s'", argv[0]);
-    return fail("the commands are `implicit data dump OUT ...` and `implicit data show FILE`");
+    return fail("the commands are `implicit data prepare TEXT... --out FILE.tok`, `implicit data dump OUT ...` and "
+                "`implicit data show FILE`");
 }

@@ -3,6 +3,7 @@
  *   implicit train [CONFIG.json] [--key value ...]      keys: model, task and train tables
  *   implicit train --resume DIR [--key value ...]       continue a run (train keys only)
  *   implicit eval CKPT [--key value ...] [--json OUT] [--csv OUT]   task keys, plus samples / batch
+ *                      [--pos_buckets N [--pos_width W]]   language models: loss by position
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +13,11 @@
 #include "implicit.h"
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"
+#include "../src/train/dist.h"
 #include "../src/train/trainer.h"
 
 static int fail(const char *hint) {
+    if (dist_rank() != 0) return 1;   /* MPI: the ranks agree on errors, rank 0 reports them */
     fprintf(stderr, "error: %s\n", err_msg());
     if (hint) fprintf(stderr, "hint: %s\n", hint);
     return 1;
@@ -94,7 +97,8 @@ static void summary(const Trainer *t, double seconds) {
     const int *lens;
     const float *ps;
     int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps);
-    if (t->n_last_eval == nl * np) print_len_summary(t->task, t->last_eval, nl, np);
+    /* language models are judged by loss / perplexity per length (the table), not a length criterion */
+    if (t->n_last_eval == nl * np && task_kind(t->task) != TASK_LM) print_len_summary(t->task, t->last_eval, nl, np);
     printf("checkpoints: %s/model.safetensors, best.safetensors, state.safetensors; log: %s/log.jsonl\n", t->cfg.out,
            t->cfg.out);
 }
@@ -108,7 +112,7 @@ int cmd_train(int argc, char **argv) {
         Args a = {argc - 2, argv + 2};
         if ((rc = trainer_resume(&t, argv[1], resume_overrides, &a)))
             return fail("--resume takes the output folder of an earlier `implicit train` run");
-        fprintf(stderr, "resuming %s at step %d of %d\n", argv[1], t.step, t.cfg.steps);
+        if (dist_rank() == 0) fprintf(stderr, "resuming %s at step %d of %d\n", argv[1], t.step, t.cfg.steps);
     } else {
         ModelCfg m;
         TaskCfg task;
@@ -117,6 +121,7 @@ int cmd_train(int argc, char **argv) {
         task_cfg_defaults(&task);
         train_cfg_defaults(&cfg);
         m.vocab_size = -1;   /* "from the task" unless a config says otherwise */
+        cfg.best_metric[0] = 0; /* "the task's" unless given: loss for lm, seq_acc otherwise */
         const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
         void *objs[] = {&m, &task, &cfg};
         int first = 0;
@@ -131,12 +136,17 @@ int cmd_train(int argc, char **argv) {
         }
         if (apply_args(tabs, objs, 3, argc - first, argv + first)) return fail("run `implicit train --help` for the keys");
         if (task_cfg_validate(&task)) return fail("run `implicit train --help` for the task keys");
-        if (m.vocab_size < 0) {
+        int is_lm = !strcmp(task.task, "lm");
+        if (m.vocab_size < 0 || is_lm) {
             Task *tk;
-            if (task_create(&tk, &task)) return fail(NULL);
-            m.vocab_size = task_vocab(tk);
+            if ((rc = task_create(&tk, &task)))
+                return fail(is_lm && rc != IM_EINVAL ? "make the token file with `implicit data prepare TEXT... --out FILE.tok`" : NULL);
+            if (m.vocab_size < 0) m.vocab_size = task_vocab(tk);
+            /* the checkpoints keep the tokenizer, so eval / generate can decode without the data file */
+            if (is_lm) snprintf(task.tokenizer, sizeof task.tokenizer, "%s", task_cfg(tk)->tokenizer);
             task_free(tk);
         }
+        if (!cfg.best_metric[0]) snprintf(cfg.best_metric, sizeof cfg.best_metric, "%s", is_lm ? "loss" : "seq_acc");
         if ((rc = trainer_init(&t, &m, &task, &cfg)))
             return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task"
                         : rc == IM_EIO     ? "choose a writable output folder with --out"
@@ -148,12 +158,43 @@ int cmd_train(int argc, char **argv) {
         trainer_free(&t);
         return 1;
     }
-    summary(&t, timer_now() - t0);
+    if (dist_rank() == 0) summary(&t, timer_now() - t0);
     trainer_free(&t);
     return 0;
 }
 
 /* ---- eval ------------------------------------------------------------------------------------ */
+
+/* The bucket CSV beside --csv OUT: OUT without ".csv", then "_positions.csv". */
+static void pos_csv_path(const char *csv, char *out, size_t cap) {
+    size_t n = strlen(csv);
+    if (n > 4 && !strcmp(csv + n - 4, ".csv")) n -= 4;
+    snprintf(out, cap, "%.*s_positions.csv", (int)n, csv);
+}
+
+/* Loss by position (one entry per iteration cap) for --pos_buckets; *pos is malloc'ed. */
+static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, int samples, int batch, int mode,
+                        const int *caps, int n_caps, EvalPos **pos) {
+    int is_fp = !strncmp(m->cfg.model, "fp_", 3), own_cap = is_fp ? m->cfg.fp_eval_cap : m->cfg.eval_f_max_iter;
+    if (task_kind(task) != TASK_LM) return err_set(IM_EINVAL, "--pos_buckets applies to language models (task lm) only");
+    if (width < 1) width = task_cfg(task)->context;
+    if (n_buckets > EVAL_MAX_BUCKETS) return err_set(IM_EINVAL, "--pos_buckets: at most %d", EVAL_MAX_BUCKETS);
+    int len = n_buckets * width;
+    if (task_eval_count(task, len) < 1)
+        return err_set(IM_EINVAL, "--pos_buckets %d x width %d: the validation split is shorter than one window of %d tokens",
+                       n_buckets, width, len + 1);
+    *pos = xcalloc((size_t)n_caps, sizeof **pos);
+    int rc = IM_OK;
+    for (int c = 0; c < n_caps && !rc; c++) {
+        if (is_fp) m->cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
+        else m->cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
+        rc = eval_positions(m, task, len, width, samples, batch, mode, &(*pos)[c]);
+    }
+    if (is_fp) m->cfg.fp_eval_cap = own_cap;
+    else m->cfg.eval_f_max_iter = own_cap;
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
         TaskCfg t;
@@ -170,7 +211,11 @@ int cmd_eval(int argc, char **argv) {
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
                "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson),\n"
                "--latent_noise_db / --state_noise_db / --noise_mode / --noise_seed (noise in sequential mode, spec 7),\n"
-               "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n\n"
+               "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n"
+               "Language models (task lm) print validation loss and perplexity per length (--eval_lens, --data\n"
+               "for another token file); --pos_buckets N [--pos_width W] adds the loss by position within windows\n"
+               "of N x W tokens (W defaults to the training context), in buckets of W positions: the\n"
+               "length-extrapolation curve; --json adds it as \"positions\", --csv writes OUT_positions.csv beside OUT.\n\n"
                "task keys:\n");
         keytab_print(&task_keytab, &t, stdout);
         return argc < 1 ? 1 : 0;
@@ -188,6 +233,7 @@ int cmd_eval(int argc, char **argv) {
         if (rc) { model_free(&m); return fail(NULL); }
     }
     int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0}, sradius = 0;
+    int pos_buckets = 0, pos_width = 0;
     const char *json_out = NULL, *csv_out = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
@@ -199,6 +245,16 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(k, "json")) json_out = v;
         else if (!strcmp(k, "csv")) csv_out = v;
         else if (!strcmp(k, "sradius")) sradius = atoi(v);
+        else if (!strcmp(k, "pos_buckets") || !strcmp(k, "pos_width")) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 1 || x > (1 << 20)) {
+                model_free(&m);
+                err_set(IM_EINVAL, "--%s: expected a positive integer, got '%s'", k, v);
+                return fail(NULL);
+            }
+            *(!strcmp(k, "pos_buckets") ? &pos_buckets : &pos_width) = (int)x;
+        }
         else if (!strcmp(k, "mode")) {
             if ((mode = eval_mode_parse(v)) < 0) {
                 model_free(&m);
@@ -238,8 +294,10 @@ int cmd_eval(int argc, char **argv) {
     Task *task;
     if (task_create(&task, &tc)) { model_free(&m); return fail("run `implicit eval --help`"); }
     if (task_vocab(task) != m.cfg.vocab_size) {
-        err_set(IM_EMISMATCH, "vocabulary mismatch: the checkpoint has %d tokens, task %s on %s needs %d", m.cfg.vocab_size,
-                tc.task, tc.group, task_vocab(task));
+        char desc[512];
+        task_describe(task, desc, sizeof desc);
+        err_set(IM_EMISMATCH, "vocabulary mismatch: the checkpoint has %d tokens, task %s needs %d", m.cfg.vocab_size, desc,
+                task_vocab(task));
         task_free(task);
         model_free(&m);
         return fail("evaluate on the task the model was trained on (stored in the checkpoint)");
@@ -249,6 +307,10 @@ int cmd_eval(int argc, char **argv) {
     int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0, rc = 0;
     EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
     int is_fp = !strncmp(m.cfg.model, "fp_", 3), own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
+    int is_lm = task_kind(task) == TASK_LM;
+    EvalPos *pos = NULL;
+    if (pos_buckets > 0)
+        rc = eval_pos_all(&m, task, pos_buckets, pos_width, tc.eval_samples, batch, mode, caps, n_caps, &pos);
     for (int c = 0; c < n_caps && !rc; c++) {
         if (is_fp) m.cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
         else m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
@@ -264,14 +326,17 @@ int cmd_eval(int argc, char **argv) {
         printf("%s: %s, %s\n", argv[0], m.type->name, desc);
         eval_print_table(rows, n, stdout);
         eval_print_hist(rows, n, stdout);
-        for (int c = 0; c < n_caps; c++) {
+        for (int c = 0; c < n_caps && !is_lm; c++) {
             if (n_caps > 1) printf("iteration cap %d: ", rows[c * nl * np].max_iter);
             print_len_summary(task, rows + (size_t)c * nl * np, nl, np);
         }
+        if (pos) eval_print_positions(pos, n_caps, stdout);
         /* diagnostic: spectral radius of df/dz at z* on the first batch of each length and p */
         for (int i = 0; i < nl && sradius > 0 && !rc; i++)
             for (int j = 0; j < np && !rc; j++) {
                 int T = task_seq_len(task, lens[i]), B = batch < tc.eval_samples ? batch : tc.eval_samples;
+                long long avail = task_eval_count(task, lens[i]);   /* catbabi, lm: a finite set of windows */
+                if (avail >= 0 && B > avail) B = (int)avail;
                 int *ids = malloc(sizeof(int) * (size_t)B * T), *tg = malloc(sizeof(int) * (size_t)B * T);
                 double rho = 0;
                 task_eval_batch(task, lens[i], ps[j], 0, B, ids, tg);
@@ -282,9 +347,18 @@ int cmd_eval(int argc, char **argv) {
                 free(ids);
                 free(tg);
             }
-        if (!rc && json_out) rc = eval_write_json(json_out, argv[0], tc.task, rows, n, task_len_metric(task), 0.9);
+        if (!rc && json_out)
+            rc = eval_write_json_pos(json_out, argv[0], tc.task, rows, n, is_lm ? NULL : task_len_metric(task), 0.9, pos,
+                                     pos ? n_caps : 0);
         if (!rc && csv_out) rc = eval_write_csv(csv_out, rows, n);
+        if (!rc && csv_out && pos) {
+            char path[4200];
+            pos_csv_path(csv_out, path, sizeof path);
+            rc = eval_write_pos_csv(path, pos, n_caps);
+            if (!rc) printf("loss by position: %s\n", path);
+        }
     }
+    free(pos);
     free(rows);
     task_free(task);
     model_free(&m);

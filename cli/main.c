@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "implicit.h"
+#include "../src/train/dist.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -16,9 +17,12 @@ static void usage(FILE *f) {
             "  train [CFG] [--k v]  train a model on a task (`implicit train --help` lists every key)\n"
             "  train --resume DIR   continue an interrupted run bit-exactly\n"
             "  eval CKPT [--k v]    evaluate a checkpoint at several lengths / p values\n"
-            "  data dump|show       write or inspect a task's data as a binary file\n"
+            "  data prepare|dump|show   tokenize text into a token file; write or inspect a task's data\n"
             "  demo [--threads N]   train explicit and implicit Mamba2 on a word problem, compare out of distribution\n"
-            "  smoke                build every model family, run forward/backward/step, save and reload\n");
+            "  smoke                build every model family, run forward/backward/step, save and reload\n"
+            "  generate CKPT --prompt TEXT   sample text token by token (`implicit generate --help`)\n"
+            "  mc CKPT TASK.jsonl   multiple-choice log-likelihood evaluation: acc, acc_norm\n"
+            "  tokenizer train|encode|decode|info   byte-level BPE: learn merges, use a .bpe or tokenizer.json\n");
 }
 
 static int fail(const char *hint) {
@@ -91,12 +95,15 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_mc(int argc, char **argv);
+int cmd_tok(int argc, char **argv);
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 1; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("implicit %s (blas=%s, threads=%s)\n", IM_VERSION, k_blas_name(), k_omp_name());
+        printf("implicit %s (blas=%s, threads=%s, mpi=%s)\n", IM_VERSION, k_blas_name(), k_omp_name(), dist_name());
         return 0;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
@@ -107,6 +114,18 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "mc")) return cmd_mc(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenizer")) return cmd_tok(argc - 2, argv + 2);
     fprintf(stderr, "error: unknown command '%s'\nhint: run `implicit --help`\n", cmd);
     return 1;
+}
+
+/* A `make MPI=1` build joins the MPI job here (every command; only `train` is data-parallel, see
+ * src/train/dist.h), and leaves it on every return path of the commands. */
+int main(int argc, char **argv) {
+    dist_init(&argc, &argv);
+    int rc = dispatch(argc, argv);
+    dist_finalize();
+    return rc;
 }

@@ -1,5 +1,6 @@
 /* task.c: the task config table, the dispatch to the task families, the word-problem generators
- * and scoring (see task.h; copy in tasks_copy.c, formal tasks in tasks_formal.c, catbAbI in babi.c).
+ * and scoring (see task.h; copy in tasks_copy.c, formal tasks in tasks_formal.c, catbAbI in babi.c,
+ * language modelling in tasks_lm.c).
  *
  * Generators draw every random number of a row from one PCG32 seeded by a hash of
  * (seed, stream tag, index...), so rows are pure functions and never share state. The word task
@@ -109,7 +110,7 @@ static int parse_ps(const char *s, float *ps, int *n) {
 
 static const char *const KIND_NAMES[TASK_N_KIND] = {
     "word", "ios", "copy", "parity", "even_pairs", "cycle_navigation", "modular_arithmetic",
-    "modular_arithmetic_brackets", "catbabi",
+    "modular_arithmetic_brackets", "catbabi", "lm",
 };
 
 static int kind_of(const char *name) {
@@ -130,11 +131,11 @@ static void resolve(const TaskCfg *c, int kind, int *Lmin, int *Lmax, int *C, in
     int copy = kind == TASK_COPY;
     *Lmin = c->min_len ? c->min_len : copy ? 5 : 3;
     *Lmax = c->max_len ? c->max_len : copy ? 50 : 40;
-    *C = c->context ? c->context : kind == TASK_CATBABI ? 200 : 256;
+    *C = c->context ? c->context : kind == TASK_CATBABI ? 200 : 256;   /* lm too: 256 */
     *K = c->modulus ? c->modulus : kind == TASK_CYCLE ? 6 : kind == TASK_MODARITH || kind == TASK_BRACKETS ? 5 : 2;
 }
 
-/* Keys of the copy, formal and catbabi tasks. */
+/* Keys of the copy, formal, catbabi and lm tasks. */
 static int validate_new(const TaskCfg *c, int kind) {
     if (c->min_len < 0 || c->max_len < 0 || c->context < 0 || c->modulus < 0)
         BAD("task keys 'min_len', 'max_len', 'context', 'modulus' must be >= 0 (0 = the task's default)");
@@ -160,6 +161,8 @@ static int validate_new(const TaskCfg *c, int kind) {
         if ((kind == TASK_PARITY || kind == TASK_EVEN_PAIRS) && K != 2)
             BAD("task key 'modulus': %s is binary (0 or 2, got %d)", KIND_NAMES[kind], c->modulus);
         if (K < 2 || K > 1000) BAD("task key 'modulus': %d out of range 2..1000", K);
+    } else if (kind == TASK_LM) {
+        if (!c->data[0]) BAD("task lm: task key 'data' must name a token file (make one with `implicit data prepare`)");
     } else {
         if (C < 2) BAD("task key 'context': a catbabi window needs >= 2 tokens (got %d)", C);
         if (strcmp(c->babi_split, "valid") && strcmp(c->babi_split, "test"))
@@ -173,7 +176,7 @@ int task_cfg_validate(const TaskCfg *c) {
     int kind = kind_of(c->task), rc, n;
     if (kind < 0)
         BAD("task key 'task': unknown task '%s' (word | ios | copy | parity | even_pairs | cycle_navigation | "
-            "modular_arithmetic | modular_arithmetic_brackets | catbabi)", c->task);
+            "modular_arithmetic | modular_arithmetic_brackets | catbabi | lm)", c->task);
     int ios = kind == TASK_IOS, group_task = kind == TASK_WORD || ios;
     if (group_task) {
         int order;
@@ -232,6 +235,7 @@ static void default_evals(Task *t) {
         for (int m = 1; m <= 4; m++) add_len(t, m * t->Lmax / 2 > 0 ? m * t->Lmax / 2 : 1);
         return;
     case TASK_CATBABI:
+    case TASK_LM:
         add_len(t, t->C);
         return;
     default:          /* formal: the val mix, then doubling lengths up to the context */
@@ -272,6 +276,9 @@ int task_create(Task **out, const TaskCfg *c) {
         if (rc) { task_free(t); return rc; }
         t->V = babi_vocab(t->babi);
         break;
+    case TASK_LM:
+        if ((rc = lm_create(t))) { task_free(t); return rc; }
+        break;
     default: t->V = formal_vocab(t->kind, t->modulus);
     }
     default_evals(t);
@@ -281,6 +288,7 @@ int task_create(Task **out, const TaskCfg *c) {
     CHECK(!parse_lens(c->eval_lens, is_formal(t->kind), lens, &n_l) && !parse_ps(c->eval_ps, ps, &n_p), "%s", err_msg());
     if (n_l) { memcpy(t->lens, lens, sizeof(int) * (size_t)n_l); t->n_lens = n_l; }
     if (n_p && t->kind == TASK_WORD) { memcpy(t->ps, ps, sizeof(float) * (size_t)n_p); t->n_ps = n_p; }
+    if (t->kind == TASK_LM && (rc = lm_check(t))) { task_free(t); return rc; }
     *out = t;
     return IM_OK;
 }
@@ -290,6 +298,7 @@ void task_free(Task *t) {
     group_free(&t->G);
     group_free(&t->M);
     babi_free(t->babi);
+    textdata_free(t->text);
     free(t);
 }
 
@@ -304,14 +313,15 @@ int task_seq_len(const Task *t, int len) {
     case TASK_WORD: return len;
     case TASK_IOS: return len + 1;
     case TASK_COPY: return copy_seq_len(t, len);
-    case TASK_CATBABI: return len;
+    case TASK_CATBABI:
+    case TASK_LM: return len;
     default: return formal_seq_len(t, len);
     }
 }
 
 int task_train_seq_len(const Task *t) {
     if (t->kind == TASK_WORD || t->ios) return task_seq_len(t, t->cfg.train_len);
-    return t->kind == TASK_CATBABI ? t->C : t->C - 1;
+    return t->kind == TASK_CATBABI || t->kind == TASK_LM ? t->C : t->C - 1;
 }
 
 int task_special(const Task *t, int which) {
@@ -327,10 +337,12 @@ void task_eval_len_range(const Task *t, int len, int *lo, int *hi) {
 }
 
 long long task_eval_count(const Task *t, int len) {
+    if (t->kind == TASK_LM && len >= 1) return (long long)lm_eval_windows(t, len);
     return t->kind == TASK_CATBABI && len >= 1 ? (long long)babi_eval_windows(t->babi, len) : -1;
 }
 
 const char *task_len_metric(const Task *t) {
+    if (t->kind == TASK_LM) return "loss";
     return is_formal(t->kind) || t->kind == TASK_CATBABI ? "tok_acc" : "seq_acc";
 }
 
@@ -349,6 +361,7 @@ int task_describe(const Task *t, char *buf, size_t cap) {
                             t->C);
         return snprintf(buf, cap, "catbabi: %s (%d train / %d %s stories), vocab %d, window %d", c->babi_dir,
                         babi_n_stories(t->babi, BABI_TRAIN), babi_n_stories(t->babi, BABI_EVAL), c->babi_split, t->V, t->C);
+    case TASK_LM: return lm_describe(t, buf, cap);
     default:
         return snprintf(buf, cap, "%s: modulus %d, lengths %d..%d, context %d", name, t->modulus, t->Lmin, t->Lmax, t->C);
     }
@@ -430,6 +443,7 @@ void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, i
             break;
         case TASK_COPY: copy_train_row(t, &r, id, tg); break;
         case TASK_CATBABI: babi_train_window(t->babi, &r, Tm, id, tg); break;
+        case TASK_LM: lm_train_row(t, &r, id, tg); break;
         default: formal_train_row(t, &r, Tm, id, tg);
         }
     }
@@ -449,6 +463,7 @@ void task_eval_batch(const Task *t, int len, float p, uint64_t index0, int B, in
         case TASK_WORD: gen_word(t, &r, p, len, id, tg); break;
         case TASK_COPY: copy_eval_row(t, &r, len, Tm, id, tg); break;
         case TASK_CATBABI: babi_eval_window(t->babi, len, (int64_t)(index0 + (uint64_t)b), id, tg); break;
+        case TASK_LM: lm_eval_row(t, len, (int64_t)(index0 + (uint64_t)b), id, tg); break;
         default: formal_eval_row(t, &r, len, Tm, id, tg);
         }
     }
@@ -503,6 +518,7 @@ int task_token_str(const Task *t, int id, char *buf, size_t cap) {
         return V <= 26 ? snprintf(buf, cap, "%c", 'a' + id) : snprintf(buf, cap, "l%d", id);
     }
     if (t->kind == TASK_CATBABI) return snprintf(buf, cap, "%s", babi_word(t->babi, id));
+    if (t->kind == TASK_LM) return lm_token_str(t, id, buf, cap);
     if (is_formal(t->kind)) return formal_token_str(t, id, buf, cap);
     if (t->ios) {
         if (id >= t->G.order) return snprintf(buf, cap, "%s", SPECIAL[id - t->G.order]);

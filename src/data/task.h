@@ -12,6 +12,11 @@
  *   parity, even_pairs, cycle_navigation, modular_arithmetic, modular_arithmetic_brackets
  *         fp-rnn §6.3 (tasks_formal.c): one hidden answer per row, scored at the position before it.
  *   catbabi  fp-rnn §6.4 (babi.h): bAbI stories in windows of `context` tokens, answers scored.
+ *   lm    language modelling on a token file (textdata.h, `implicit data prepare`; tasks_lm.c):
+ *         training rows are random windows of context + 1 tokens of the train split (inputs
+ *         window[0..C-1], targets window[1..C]); an eval sample of length L is the index-th
+ *         non-overlapping window of the validation split, so the windows of one length cover it
+ *         in order (validation loss, perplexity = exp(loss); lengths > context = extrapolation).
  *
  * Every row is a pure function of (config, seed, stream, index): a training row of (step, row),
  * an evaluation row of its sample index. Batches therefore do not depend on the batch size, the
@@ -20,7 +25,8 @@
  * An ios / word evaluation sample of length L is the prefix of the same sample at any longer
  * length (the reference evaluates prefixes of one test set the same way), and at a fixed index the
  * word problem's samples for different p share their random numbers.
- * Out of scope: model-side loss and training loops, language modelling (fp-rnn §6.6).
+ * Out of scope: model-side loss and training loops, tokenizing (tok/tokenizer.h, done once by
+ * `implicit data prepare`).
  */
 #ifndef IMPLICIT_TASK_H
 #define IMPLICIT_TASK_H
@@ -34,7 +40,7 @@
 /* The task families, in the order of the `task` key's help. */
 typedef enum {
     TASK_WORD, TASK_IOS, TASK_COPY, TASK_PARITY, TASK_EVEN_PAIRS, TASK_CYCLE, TASK_MODARITH, TASK_BRACKETS,
-    TASK_CATBABI, TASK_N_KIND
+    TASK_CATBABI, TASK_LM, TASK_N_KIND
 } TaskKind;
 
 /* Target value of positions that are not scored (same value as the models' IGNORE_INDEX). */
@@ -54,7 +60,7 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
 #define TASK_CFG_KEYS(X)                                                                                  \
     X(STR, task, "word", "word = G x M word problem with p (implicit-lm 8) | ios = Illusion-of-State format (fp-rnn 6.1) " \
                          "| copy (6.2) | parity | even_pairs | cycle_navigation | modular_arithmetic "                     \
-                         "| modular_arithmetic_brackets (6.3) | catbabi (6.4)")                                            \
+                         "| modular_arithmetic_brackets (6.3) | catbabi (6.4) | lm (a token file)")                                            \
     X(STR, group, "A5", "word, ios: group G: S<n>, A<n>, Z<n> or a direct product like A4xZ5 (at most 5040 elements)") \
     X(STR, monoid, "aperiodic", "word task: monoid M = aperiodic {E,A,B,X} | trivial (vocab |G|)")        \
     X(FLOAT, p, 0.9, "word task: probability that a token's group part is the identity")                 \
@@ -62,9 +68,9 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
     X(INT, seed, 0, "data seed; training and evaluation are separate streams derived from it")           \
     X(STR, eval_lens, "", "comma-separated eval lengths (formal tasks: 'val' = the val_min..val_max mix); \"\" = " \
                           "word: T,2T,4T; ios: 2 and steps of k/4 up to 4k; copy: L_max/2 .. 2 L_max; "           \
-                          "formal: val, L_max/2, L_max, 2 L_max, .. up to context; catbabi: context")               \
+                          "formal: val, L_max/2, L_max, 2 L_max, .. up to context; catbabi, lm: context")               \
     X(STR, eval_ps, "", "word task: comma-separated eval p values; \"\" = the training p and 0.5")       \
-    X(INT, eval_samples, 512, "samples per eval length (and p); catbabi: at most this many windows")      \
+    X(INT, eval_samples, 512, "samples per eval length (and p); catbabi, lm: at most this many windows")      \
     X(INT, pad_loss, 0, "ios: 1 = pad positions must predict PAD (the reference); 0 = ignored (default): " \
                         "PAD after PAD is trivial, so scoring it dilutes the loss and inflates token accuracy") \
     X(INT, shift, 0, "word: 0 = per-position targets y_t (default); 1 = the reference's shifted HF loss, " \
@@ -72,7 +78,7 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
     X(INT, min_len, 0, "copy, formal: shortest training length L_min (0 = the reference's: copy 5, formal 3)") \
     X(INT, max_len, 0, "copy, formal: longest training length L_max (0 = copy 50, formal 40)")           \
     X(INT, context, 0, "copy, formal: row length C (0 = 256; copy needs C >= 2 L_max + 3); "             \
-                       "catbabi: window length (0 = 200)")                                                 \
+                       "catbabi: window length (0 = 200); lm: training window T (0 = 256)")                                                 \
     X(INT, alphabet, 26, "copy: letters V (vocabulary V + 4: $ | . *)")                                  \
     X(INT, modulus, 0, "cycle_navigation: cycle length (0 = 6); modular_arithmetic(_brackets): modulus (0 = 5); " \
                        "parity, even_pairs: 2")                                                            \
@@ -83,7 +89,10 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
     X(STR, babi_dir, "", "catbabi: folder of bAbI qa<N>_[<name>_]train|valid|test.txt files; "           \
                          "\"\" = generated bAbI-style stories")                                            \
     X(STR, babi_split, "valid", "catbabi: the eval split, valid | test")                                 \
-    X(INT, babi_eval_stories, 1000, "catbabi with generated stories: stories in the eval split")
+    X(INT, babi_eval_stories, 1000, "catbabi with generated stories: stories in the eval split")          \
+    X(STR, data, "", "lm: the token file (`implicit data prepare TEXT... --out FILE.tok`)")                \
+    X(STR, tokenizer, "", "lm: tokenizer spec (byte | FILE.bpe | FILE.json); \"\" = the data file's; kept in " \
+                          "checkpoints so eval / generate can decode without the data file")
 
 typedef struct {
     TASK_CFG_KEYS(KEY_FIELD)
@@ -119,18 +128,20 @@ const char *task_kind_name(int kind);      /* the `task` key's value */
 /* One line for logs: "copy: V 26, L 5..50, context 256". Returns snprintf's count. */
 int task_describe(const Task *t, char *buf, size_t cap);
 
-int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7; copy: V + 4; formal: 3..; catbabi: words */
+int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7; copy: V + 4; formal: 3..; catbabi: words;
+                                            * lm: the token file's vocabulary */
 /* Model sequence length T for an eval length (ios: len + 1; copy: max(C, 2 len + 3) - 1 or, with
- * eval_pad tight, 2 len + 2; formal: max(C, L) - 1 or L - 1; catbabi: len). */
+ * eval_pad tight, 2 len + 2; formal: max(C, L) - 1 or L - 1; catbabi, lm: len). */
 int task_seq_len(const Task *t, int len);
-int task_train_seq_len(const Task *t);     /* the T of task_train_batch (copy, formal: C - 1; catbabi: C) */
+int task_train_seq_len(const Task *t);     /* the T of task_train_batch (copy, formal: C - 1; catbabi, lm: C) */
 int task_special(const Task *t, int which);/* ios token id of TASK_PAD, TASK_BOS, ...; -1 for the others */
 /* Chance accuracy of the answer for tasks that report scaled accuracy (acc - chance) / (1 - chance):
  * 1/modulus for the formal tasks (1/2 parity, even_pairs); 0 for the others. */
 double task_chance(const Task *t);
 /* The range of task lengths an eval entry draws (formal: "val", odd / minimum lengths; else len..len). */
 void task_eval_len_range(const Task *t, int len, int *lo, int *hi);
-/* Distinct eval samples at this length: catbabi = windows of the eval split; -1 = unlimited. */
+/* Distinct eval samples at this length: catbabi = windows of the eval split, lm = windows of the
+ * validation split (floor((n_val - 1) / len)); -1 = unlimited. */
 long long task_eval_count(const Task *t, int len);
 
 /* Training rows row0..row0+B-1 of optimizer step `step` (row0 lets micro-batches of one step be
@@ -138,8 +149,8 @@ long long task_eval_count(const Task *t, int len);
  * with TASK_IGNORE where not scored. */
 void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, int *targets);
 /* Evaluation samples index0..index0+B-1 (a stream separate from training) at task length len
- * 1..2^20 (TASK_LEN_VAL for the formal tasks' val mix; catbabi: the window length, windows of
- * the eval split in order) and, for the word task, identity probability p (ignored by the others).
+ * 1..2^20 (TASK_LEN_VAL for the formal tasks' val mix; catbabi, lm: the window length, windows of
+ * the eval split in order; index < task_eval_count) and, for the word task, identity probability p (ignored by the others).
  * ids, targets: (B, task_seq_len(len)). Eval targets are never shifted (the reference's metric
  * compares logits_t with y_t even when it trains with the shifted loss). */
 void task_eval_batch(const Task *t, int len, float p, uint64_t index0, int B, int *ids, int *targets);
@@ -165,10 +176,12 @@ int task_longest_len(const int *lens, const double *acc, int n, double thr);
 /* Shortest length with acc <= thr (where it first drops below); 0 when none. */
 int task_first_fail_len(const int *lens, const double *acc, int n, double thr);
 /* The accuracy the length criterion uses: "seq_acc" (word problems, copy = string accuracy) or
- * "tok_acc" (formal = answer accuracy, catbabi = request-answer accuracy). */
+ * "tok_acc" (formal = answer accuracy, catbabi = request-answer accuracy); lm: "loss" (no
+ * accuracy criterion: an LM is judged by its loss / perplexity per length). */
 const char *task_len_metric(const Task *t);
 
-/* A readable token: group element, "(g,m)" pair, "[PAD]"-style special, letter, operator, word. */
+/* A readable token: group element, "(g,m)" pair, "[PAD]"-style special, letter, operator, word;
+ * lm: the byte for the byte tokenizer ('a', \n, \xff), else "#id". */
 int task_token_str(const Task *t, int id, char *buf, size_t cap);
 
 #endif

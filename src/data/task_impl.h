@@ -7,6 +7,7 @@
 #include "../core/rng.h"
 #include "babi.h"
 #include "task.h"
+#include "textdata.h"
 
 /* Stream tags: training and evaluation rows come from disjoint hash inputs and PCG streams. */
 enum { STREAM_TRAIN = 1, STREAM_EVAL = 2 };
@@ -23,6 +24,7 @@ struct Task {
     int Lmin, Lmax;               /* copy / formal: training length range (defaults resolved) */
     int modulus;                  /* formal tasks: the answer alphabet (chance = 1/modulus) */
     BabiData *babi;               /* catbabi: stories and vocabulary */
+    TextData *text;               /* lm: the token file */
     int n_lens, n_ps;
     int lens[TASK_MAX_EVAL];      /* (n_lens) eval task lengths; TASK_LEN_VAL = the val range */
     float ps[TASK_MAX_EVAL];      /* (n_ps) eval p values ({-1} for every task but word) */
@@ -43,5 +45,17 @@ void formal_len_range(const Task *t, int len, int *lo, int *hi);
 void formal_train_row(const Task *t, Rng *r, int T, int *ids, int *tg);
 void formal_eval_row(const Task *t, Rng *r, int len, int T, int *ids, int *tg);
 int formal_token_str(const Task *t, int id, char *buf, size_t cap);
+
+/* language modelling on a token file (tasks_lm.c). lm_create opens cfg.data, sets V and fills
+ * cfg.tokenizer from the file when empty (IM_EIO / IM_EFORMAT from the reader, IM_EINVAL when
+ * the tokenizer key names another tokenizer); lm_check, once the eval lengths are known:
+ * IM_EINVAL when a split is too short for the context or for one window of an eval length. */
+int lm_create(Task *t);
+int lm_check(const Task *t);
+void lm_train_row(const Task *t, Rng *r, int *ids, int *tg);
+int64_t lm_eval_windows(const Task *t, int len);
+void lm_eval_row(const Task *t, int len, int64_t index, int *ids, int *tg);
+int lm_describe(const Task *t, char *buf, size_t cap);
+int lm_token_str(const Task *t, int id, char *buf, size_t cap);
 
 #endif

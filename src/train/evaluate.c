@@ -51,7 +51,9 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out) {
+/* eval_run; with pos_sum / pos_n (T each) also the loss sum and count per position. */
+static int eval_core(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out,
+                     double *pos_sum, double *pos_n) {
     memset(out, 0, sizeof *out);
     out->len = len;
     out->mode = mode;
@@ -106,7 +108,10 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
         /* the loss over scored positions, as a per-position mean over the whole eval set */
         k_xent_fwd(losses, logits, tg, B * T, V, IGNORE_INDEX);
         for (int j = 0; j < B * T; j++)
-            if (tg[j] != IGNORE_INDEX) loss_sum += losses[j], loss_n++;
+            if (tg[j] != IGNORE_INDEX) {
+                loss_sum += losses[j], loss_n++;
+                if (pos_sum) pos_sum[j % T] += losses[j], pos_n[j % T] += 1;
+            }
         task_score(&s, logits, task_vocab(t), V, tg, B, T);
     }
     m->training = was_training;
@@ -119,8 +124,58 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
     out->scaled_acc = (out->tok_acc - out->chance) / (1 - out->chance);
     out->iters = nbatch ? iters / nbatch : 0;
     out->agree = agree_n > 0 ? agree / agree_n : -1;
+    out->ppl = task_kind(t) == TASK_LM ? exp(out->loss) : 0;
     out->seconds = timer_now() - t0;
     return IM_OK;
+}
+
+int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out) {
+    return eval_core(m, t, len, p, samples, batch, mode, out, NULL, NULL);
+}
+
+int eval_positions(Model *m, const Task *t, int len, int width, int samples, int batch, int mode, EvalPos *out) {
+    memset(out, 0, sizeof *out);
+    if (width < 1) return err_set(IM_EINVAL, "position buckets need a width >= 1 (got %d)", width);
+    if (len < 1 || (len + width - 1) / width > EVAL_MAX_BUCKETS)
+        return err_set(IM_EINVAL, "windows of %d tokens in buckets of %d: 1 to %d buckets allowed", len, width,
+                       EVAL_MAX_BUCKETS);
+    int T = task_seq_len(t, len);
+    double *sum = xcalloc((size_t)T, sizeof *sum), *cnt = xcalloc((size_t)T, sizeof *cnt);
+    int rc = eval_core(m, t, len, -1, samples, batch, mode, &out->row, sum, cnt);
+    if (!rc) {
+        out->width = width;
+        out->n_buckets = (T + width - 1) / width;
+        double s[EVAL_MAX_BUCKETS] = {0};
+        for (int i = 0; i < T; i++) s[i / width] += sum[i], out->tokens[i / width] += cnt[i];
+        for (int k = 0; k < out->n_buckets; k++) out->loss[k] = out->tokens[k] > 0 ? s[k] / out->tokens[k] : 0;
+    }
+    free(sum);
+    free(cnt);
+    return rc;
+}
+
+/* Inclusive window positions of bucket k (the last one may be shorter). */
+static void bucket_range(const EvalPos *e, int k, int *lo, int *hi) {
+    *lo = k * e->width;
+    *hi = *lo + e->width - 1 < e->row.len - 1 ? *lo + e->width - 1 : e->row.len - 1;
+}
+
+void eval_print_positions(const EvalPos *pos, int n, FILE *f) {
+    for (int i = 0; i < n; i++) {
+        const EvalPos *e = &pos[i];
+        fprintf(f, "loss by position: %d windows of %d tokens, buckets of %d, %s", e->row.samples, e->row.len, e->width,
+                eval_mode_name(e->row.mode));
+        if (e->row.max_iter > 0) fprintf(f, ", iteration cap %d", e->row.max_iter);
+        fprintf(f, "; overall loss %.4f, perplexity %.4f\n", e->row.loss, exp(e->row.loss));
+        fprintf(f, "| positions | tokens |   loss |      ppl |\n|----------:|-------:|-------:|---------:|\n");
+        for (int k = 0; k < e->n_buckets; k++) {
+            int lo, hi;
+            bucket_range(e, k, &lo, &hi);
+            char r[32];
+            snprintf(r, sizeof r, "%d-%d", lo, hi);
+            fprintf(f, "| %9s | %6.0f | %6.4f | %8.4f |\n", r, e->tokens[k], e->loss[k], exp(e->loss[k]));
+        }
+    }
 }
 
 int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_is_better) {
@@ -154,20 +209,22 @@ static void len_label(const EvalRow *r, char *buf, size_t cap) {
 }
 
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {
-    int implicit = 0, both = 0, scaled = 0;
-    for (int i = 0; i < n; i++) implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0;
-    fprintf(f, "| length |    p | mode         | samples |   loss | tok acc | last10 acc | seq acc |%s%s%s\n",
-            scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "");
-    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|--------:|-----------:|--------:|%s%s%s\n",
-            scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "");
+    int implicit = 0, both = 0, scaled = 0, lm = 0;
+    for (int i = 0; i < n; i++)
+        implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0, lm |= rows[i].ppl > 0;
+    fprintf(f, "| length |    p | mode         | samples |   loss |%s tok acc | last10 acc | seq acc |%s%s%s\n",
+            lm ? "      ppl |" : "", scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "");
+    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|%s--------:|-----------:|--------:|%s%s%s\n",
+            lm ? "---------:|" : "", scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char p[16], len[16];
         if (r->p < 0) snprintf(p, sizeof p, "  -");
         else snprintf(p, sizeof p, "%.2f", r->p);
         len_label(r, len, sizeof len);
-        fprintf(f, "| %6s | %4s | %-12s | %7d | %6.4f | %6.2f%% | %9.2f%% | %6.2f%% |", len, p, eval_mode_name(r->mode),
-                r->samples, r->loss, 100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
+        fprintf(f, "| %6s | %4s | %-12s | %7d | %6.4f |", len, p, eval_mode_name(r->mode), r->samples, r->loss);
+        if (lm) fprintf(f, " %8.4f |", r->ppl);
+        fprintf(f, " %6.2f%% | %9.2f%% | %6.2f%% |", 100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
         if (scaled) fprintf(f, " %6.3f |", r->scaled_acc);
         if (implicit) fprintf(f, " %6d | %5.1f |", r->max_iter, r->iters);
         if (both) fprintf(f, " %4.1f%% |", r->agree >= 0 ? 100 * r->agree : 0.0);
@@ -218,7 +275,10 @@ static int emit_csv(FILE *f, void *ctx) {
     const EvalRow *rows = ((const RowList *)ctx)->rows;
     int n = ((const RowList *)ctx)->n;
     char a[32], b[32], c[32], d[32];
-    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds\n");
+    int lm = 0;
+    for (int i = 0; i < n; i++) lm |= rows[i].ppl > 0;
+    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds%s\n",
+            lm ? ",ppl" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char len[16];
@@ -229,7 +289,9 @@ static int emit_csv(FILE *f, void *ctx) {
         fprintf(f, "%s,", r->chance > 0 ? num(a, sizeof a, r->scaled_acc) : "");
         if (r->max_iter > 0) fprintf(f, "%d,%s,", r->max_iter, num(a, sizeof a, r->iters));
         else fprintf(f, ",,");
-        fprintf(f, "%s,%.6f\n", r->agree >= 0 ? num(a, sizeof a, r->agree) : "", r->seconds);
+        fprintf(f, "%s,%.6f", r->agree >= 0 ? num(a, sizeof a, r->agree) : "", r->seconds);
+        if (lm) fprintf(f, ",%s", r->ppl > 0 ? num(a, sizeof a, r->ppl) : "");
+        fputc('\n', f);
     }
     return ferror(f) ? err_set(IM_EIO, "write error") : IM_OK;
 }
@@ -239,19 +301,86 @@ int eval_write_csv(const char *path, const EvalRow *rows, int n) {
     return atomic_write(path, emit_csv, &l);
 }
 
+typedef struct {
+    const EvalPos *pos;
+    int n;
+} PosList;
+
+static int emit_pos_csv(FILE *f, void *ctx) {
+    const PosList *l = ctx;
+    char a[32], b[32];
+    fprintf(f, "len,width,lo,hi,mode,max_iter,samples,tokens,loss,ppl\n");
+    for (int i = 0; i < l->n; i++) {
+        const EvalPos *e = &l->pos[i];
+        for (int k = 0; k < e->n_buckets; k++) {
+            int lo, hi;
+            bucket_range(e, k, &lo, &hi);
+            fprintf(f, "%d,%d,%d,%d,%s,", e->row.len, e->width, lo, hi, eval_mode_name(e->row.mode));
+            if (e->row.max_iter > 0) fprintf(f, "%d", e->row.max_iter);
+            fprintf(f, ",%d,%.0f,%s,%s\n", e->row.samples, e->tokens[k], num(a, sizeof a, e->loss[k]),
+                    num(b, sizeof b, exp(e->loss[k])));
+        }
+    }
+    return ferror(f) ? err_set(IM_EIO, "write error") : IM_OK;
+}
+
+int eval_write_pos_csv(const char *path, const EvalPos *pos, int n) {
+    PosList l = {pos, n};
+    return atomic_write(path, emit_pos_csv, &l);
+}
+
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
                     double thr) {
-    int longest, first_fail;
-    eval_length_summary(rows, n, metric, thr, &longest, &first_fail);
+    return eval_write_json_pos(path, ckpt, task, rows, n, metric, thr, NULL, 0);
+}
+
+static void json_positions(JsonBuf *b, const EvalPos *pos, int n_pos) {
+    json_buf_key(b, "positions");
+    json_buf_begin_arr(b);
+    for (int i = 0; i < n_pos; i++) {
+        const EvalPos *e = &pos[i];
+        json_buf_begin_obj(b);
+        json_buf_kv_int(b, "len", e->row.len);
+        json_buf_kv_int(b, "width", e->width);
+        json_buf_kv_int(b, "samples", e->row.samples);
+        json_buf_kv_str(b, "mode", eval_mode_name(e->row.mode));
+        if (e->row.max_iter > 0) json_buf_kv_int(b, "max_iter", e->row.max_iter);
+        json_buf_kv_num(b, "loss", e->row.loss);
+        json_buf_kv_num(b, "ppl", exp(e->row.loss));
+        json_buf_key(b, "buckets");
+        json_buf_begin_arr(b);
+        for (int k = 0; k < e->n_buckets; k++) {
+            int lo, hi;
+            bucket_range(e, k, &lo, &hi);
+            json_buf_begin_obj(b);
+            json_buf_kv_int(b, "lo", lo);
+            json_buf_kv_int(b, "hi", hi);
+            json_buf_kv_num(b, "tokens", e->tokens[k]);
+            json_buf_kv_num(b, "loss", e->loss[k]);
+            json_buf_kv_num(b, "ppl", exp(e->loss[k]));
+            json_buf_end_obj(b);
+        }
+        json_buf_end_arr(b);
+        json_buf_end_obj(b);
+    }
+    json_buf_end_arr(b);
+}
+
+int eval_write_json_pos(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n,
+                        const char *metric, double thr, const EvalPos *pos, int n_pos) {
     JsonBuf b;
     json_buf_init(&b, 2);
     json_buf_begin_obj(&b);
     if (ckpt) json_buf_kv_str(&b, "checkpoint", ckpt);
     if (task) json_buf_kv_str(&b, "task", task);
-    json_buf_kv_str(&b, "metric", metric);
-    json_buf_kv_num(&b, "threshold", thr);
-    json_buf_kv_int(&b, "longest_len", longest);
-    json_buf_kv_int(&b, "first_fail_len", first_fail);
+    if (metric) {
+        int longest, first_fail;
+        eval_length_summary(rows, n, metric, thr, &longest, &first_fail);
+        json_buf_kv_str(&b, "metric", metric);
+        json_buf_kv_num(&b, "threshold", thr);
+        json_buf_kv_int(&b, "longest_len", longest);
+        json_buf_kv_int(&b, "first_fail_len", first_fail);
+    }
     json_buf_key(&b, "rows");
     json_buf_begin_arr(&b);
     for (int i = 0; i < n; i++) {
@@ -266,6 +395,7 @@ int eval_write_json(const char *path, const char *ckpt, const char *task, const 
         if (r->p >= 0) json_buf_kv_num(&b, "p", p_value(r->p));
         json_buf_kv_int(&b, "samples", r->samples);
         json_buf_kv_num(&b, "loss", r->loss);
+        if (r->ppl > 0) json_buf_kv_num(&b, "ppl", r->ppl);
         json_buf_kv_num(&b, "tok_acc", r->tok_acc);
         json_buf_kv_num(&b, "last10_acc", r->last10_acc);
         json_buf_kv_num(&b, "seq_acc", r->seq_acc);
@@ -277,6 +407,7 @@ int eval_write_json(const char *path, const char *ckpt, const char *task, const 
         json_buf_end_obj(&b);
     }
     json_buf_end_arr(&b);
+    if (n_pos > 0) json_positions(&b, pos, n_pos);
     json_buf_end_obj(&b);
     json_buf_append(&b, "\n", 1);
     int rc = atomic_write_bytes(path, b.data, b.len);

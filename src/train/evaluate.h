@@ -1,7 +1,9 @@
 /* evaluate.h: evaluation of a model on a task at one (length, p): loss and accuracies over a
  * fixed, seeded set of samples (the task's eval stream), so numbers are comparable across runs
  * and independent of batch size and thread count; and the length-generalisation curve over
- * several lengths: its summary and its CSV / JSON files. */
+ * several lengths: its summary and its CSV / JSON files.
+ * Language models (task lm) also get perplexity per row, and the loss by position within long
+ * windows (eval_positions): the length-extrapolation curve of implicit-lm §9.1 (paper Fig. 4). */
 #ifndef IMPLICIT_EVALUATE_H
 #define IMPLICIT_EVALUATE_H
 
@@ -33,12 +35,35 @@ typedef struct {
     double tok_acc, last10_acc, seq_acc;
     double chance;    /* task_chance: > 0 where scaled accuracy applies (formal tasks), else 0 */
     double scaled_acc;/* (tok_acc - chance) / (1 - chance): 1 = perfect, 0 = chance (= tok_acc when chance is 0) */
+    double ppl;       /* task lm: exp(loss), the validation perplexity (0: not a language-modelling row) */
     double seconds;
 } EvalRow;
 
 /* Evaluate `samples` sequences in batches of `batch` (fewer when the task has fewer distinct eval
  * samples: catbabi windows). The model is put in eval mode. */
 int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out);
+/* Perplexity by position for language models: windows of `len` tokens (the task's eval windows,
+ * e.g. 4 x the training context) cut into buckets of `width` positions. Position i is the
+ * prediction of window token i+1 from tokens 0..i, so bucket k = positions [k width, (k+1) width)
+ * holds the predictions made with k width+1 .. (k+1) width tokens of context. */
+#define EVAL_MAX_BUCKETS 64
+typedef struct {
+    EvalRow row;          /* the whole windows: loss, ppl, iterations, agreement, samples */
+    int width, n_buckets; /* n_buckets = ceil(len / width) <= EVAL_MAX_BUCKETS */
+    double loss[EVAL_MAX_BUCKETS];   /* (n_buckets) mean CE over the bucket's scored positions */
+    double tokens[EVAL_MAX_BUCKETS]; /* (n_buckets) scored positions in the bucket */
+} EvalPos;
+
+/* eval_run at length len plus the per-bucket losses (any task; `implicit eval --pos_buckets`
+ * uses it for lm). The token-weighted mean of the bucket losses equals out->row.loss.
+ * IM_EINVAL when width < 1 or len needs more than EVAL_MAX_BUCKETS buckets. */
+int eval_positions(Model *m, const Task *t, int len, int width, int samples, int batch, int mode, EvalPos *out);
+/* One markdown table per entry: positions, tokens, loss, perplexity. */
+void eval_print_positions(const EvalPos *pos, int n, FILE *f);
+/* CSV, one line per bucket: len,width,lo,hi,mode,max_iter,samples,tokens,loss,ppl (lo..hi inclusive
+ * positions; max_iter empty for explicit models). Atomic write. */
+int eval_write_pos_csv(const char *path, const EvalPos *pos, int n);
+
 /* Value of a metric by name ("seq_acc", "tok_acc", "last10_acc", "scaled_acc", "loss"); *higher_is_better set. */
 int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_is_better);
 /* Print the per-token iteration histograms of the sequential rows (nothing if none). */
@@ -51,13 +76,19 @@ void eval_print_table(const EvalRow *rows, int n, FILE *f);
 void eval_length_summary(const EvalRow *rows, int n, const char *metric, double thr, int *longest, int *first_fail);
 /* The curve as CSV: a header line, then one line per row with the columns
  * len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds
- * (len "val" for the val mix; empty cells where a value does not apply). Atomic write. */
+ * (len "val" for the val mix; empty cells where a value does not apply), plus a last column ppl
+ * when the rows are language-modelling rows (task lm). Atomic write. */
 int eval_write_csv(const char *path, const EvalRow *rows, int n);
 /* The curve as JSON: {"checkpoint", "task", "metric", "threshold", "longest_len", "first_fail_len",
- * "rows": [{len, p?, samples, loss, tok_acc, last10_acc, seq_acc, chance?, scaled_acc?, mode,
+ * "rows": [{len, p?, samples, loss, ppl?, tok_acc, last10_acc, seq_acc, chance?, scaled_acc?, mode,
  * max_iter?, iters?, agree?, seconds}]} with len "val" plus len_min / len_max for the val mix.
- * ckpt, task may be NULL (left out). Atomic write. */
+ * ckpt, task may be NULL (left out); metric NULL leaves out metric, threshold and the length
+ * summary (language models have no accuracy criterion). Atomic write. */
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
                     double thr);
+/* The same, plus "positions": [{len, width, samples, mode, max_iter?, loss, ppl,
+ * "buckets": [{lo, hi, tokens, loss, ppl}]}] when n_pos > 0. */
+int eval_write_json_pos(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n,
+                        const char *metric, double thr, const EvalPos *pos, int n_pos);
 
 #endif

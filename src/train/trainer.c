@@ -14,6 +14,7 @@
 #include "../io/safetensors.h"
 #include "../kernels/kernels.h"
 #include "../models/ckpt.h"
+#include "dist.h"
 #include "progress.h"
 #include "sched.h"
 
@@ -83,10 +84,14 @@ static int open_log(Trainer *t) {
     return IM_OK;
 }
 
-/* Everything shared by a fresh start and a resume, once the three configs are final. */
+/* Everything shared by a fresh start and a resume, once the three configs are final. In an MPI
+ * job every rank builds the same model; only rank 0 owns the output folder and the log. */
 static int setup(Trainer *t) {
     int rc;
     if ((rc = train_cfg_validate(&t->cfg))) return rc;
+    if (t->cfg.batch % dist_size())
+        BAD("train key 'batch': %d is not divisible by the %d MPI processes (each process trains on batch / "
+            "processes rows of every micro-batch; batch is the global batch)", t->cfg.batch, dist_size());
     if ((rc = task_create(&t->task, &t->tcfg))) return rc;
     if (t->mcfg.vocab_size != task_vocab(t->task))
         return err_set(IM_EMISMATCH, "vocabulary mismatch: task '%s' on %s has %d tokens but the model's vocab_size is %d",
@@ -100,6 +105,7 @@ static int setup(Trainer *t) {
     if ((rc = adamw_init(&t->opt, &t->model, &oc))) return rc;
     if (t->cfg.threads > 0) k_set_threads(t->cfg.threads);
     t->losses = xcalloc((size_t)t->cfg.steps, sizeof(double));
+    if (dist_rank() != 0) return IM_OK;
     if ((rc = make_dirs(t->cfg.out))) return rc;
     return open_log(t);
 }
@@ -112,14 +118,22 @@ int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const Train
     t->best = NAN;
     t->saved_step = -1;
     int rc = setup(t);
-    if (rc) { trainer_free(t); return rc; }
-    model_init_params(&t->model, (uint64_t)t->cfg.seed);
-    rng_seed(&t->model.rng, (uint64_t)t->cfg.seed, 7);
-    char *json = trainer_config_json(&t->mcfg, &t->tcfg, &t->cfg), path[4200];
-    snprintf(path, sizeof path, "%s/config.json", t->cfg.out);
-    rc = atomic_write_bytes(path, json, strlen(json));
-    free(json);
-    if (rc) { trainer_free(t); return err_wrap(rc, "output folder '%s' is not writable", cfg->out); }
+    /* a language-model run records the tokenizer it was trained with (the token file's), so
+     * checkpoints carry it to `implicit eval` / `generate` / `mc` */
+    if (!rc && task_kind(t->task) == TASK_LM)
+        snprintf(t->tcfg.tokenizer, sizeof t->tcfg.tokenizer, "%s", task_cfg(t->task)->tokenizer);
+    if (!rc) {
+        model_init_params(&t->model, (uint64_t)t->cfg.seed);
+        rng_seed(&t->model.rng, (uint64_t)t->cfg.seed, 7);
+    }
+    if (!rc && dist_rank() == 0) {
+        char *json = trainer_config_json(&t->mcfg, &t->tcfg, &t->cfg), path[4200];
+        snprintf(path, sizeof path, "%s/config.json", t->cfg.out);
+        rc = atomic_write_bytes(path, json, strlen(json));
+        free(json);
+        if (rc) rc = err_wrap(rc, "output folder '%s' is not writable", cfg->out);
+    }
+    if ((rc = dist_agree(rc))) { trainer_free(t); return rc; }
     return IM_OK;
 }
 
@@ -178,6 +192,7 @@ static int save_model(Trainer *t, const char *name) {
 
 int trainer_save(Trainer *t) {
     char path[4200];
+    if (dist_rank() != 0) { t->saved_step = t->step; return IM_OK; }   /* rank 0 writes for all */
     /* state first: it is self-contained, so a kill before model.safetensors is renamed loses
      * nothing that resume needs */
     snprintf(path, sizeof path, "%s/state.safetensors", t->cfg.out);
@@ -215,12 +230,18 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
     char path[4200];
     snprintf(path, sizeof path, "%s/state.safetensors", dir);
     StFile f;
+    /* every rank reads the state itself (the folder is on a shared or local file system) */
     int rc = st_read(&f, path);
-    if (rc) return err_wrap(rc, "cannot resume from '%s'", dir);
-    const char *fmt = st_meta(&f, "format"), *cfg = st_meta(&f, "config");
-    if (!fmt || strcmp(fmt, STATE_FORMAT) || !cfg) {
-        st_free(&f);
-        return err_set(IM_EFORMAT, "%s: not a training state (format '%s')", path, fmt ? fmt : "missing");
+    if (rc) rc = err_wrap(rc, "cannot resume from '%s'", dir);
+    const char *fmt = rc ? NULL : st_meta(&f, "format"), *cfg = rc ? NULL : st_meta(&f, "config");
+    if (!rc && (!fmt || strcmp(fmt, STATE_FORMAT) || !cfg)) {
+        rc = err_set(IM_EFORMAT, "%s: not a training state (format '%s')", path, fmt ? fmt : "missing");
+        st_free(&f);   /* after the message: fmt points into f */
+    }
+    int own = rc;
+    if ((rc = dist_agree(rc))) {
+        if (!own) st_free(&f);
+        return rc;
     }
     cfg_defaults(&t->mcfg);
     task_cfg_defaults(&t->tcfg);
@@ -259,12 +280,13 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
         t->best = b ? strtod(b, NULL) : NAN;
     }
     st_free(&f);
-    if (rc) trainer_free(t);
+    if ((rc = dist_agree(rc))) trainer_free(t);
     return rc;
 }
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 static void log_eval(Trainer *t, const EvalRow *r) {
+    if (!t->log) return;   /* ranks other than 0 */
     JsonBuf b;
     json_buf_init(&b, 0);
     json_buf_begin_obj(&b);
@@ -282,6 +304,7 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_key(&b, "last10_acc"); json_buf_num(&b, r->last10_acc);
     json_buf_key(&b, "seq_acc"); json_buf_num(&b, r->seq_acc);
     if (r->chance > 0) { json_buf_key(&b, "scaled_acc"); json_buf_num(&b, r->scaled_acc); }
+    if (r->ppl > 0) { json_buf_key(&b, "ppl"); json_buf_num(&b, r->ppl); }
     json_buf_key(&b, "seconds"); json_buf_num(&b, r->seconds);
     json_buf_key(&b, "mode"); json_buf_str(&b, eval_mode_name(r->mode));
     if (r->max_iter > 0) {
@@ -296,6 +319,9 @@ static void log_eval(Trainer *t, const EvalRow *r) {
 }
 
 int trainer_eval(Trainer *t) {
+    /* rank 0 alone evaluates (the others wait in their next collective): evaluation reads the
+     * weights, which are identical on every rank, and writes best.safetensors */
+    if (dist_rank() != 0) return IM_OK;
     const int *lens;
     const float *ps;
     int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps);
@@ -328,6 +354,7 @@ int trainer_eval(Trainer *t) {
 }
 
 static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr, double tok_s, double elapsed) {
+    if (!t->log) return;
     JsonBuf b;
     json_buf_init(&b, 0);
     json_buf_begin_obj(&b);
@@ -375,18 +402,93 @@ static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
     return loss_sum / A;
 }
 
+/* The data-parallel step (dist_size() P > 1). Rank r runs rows r·B/P .. (r+1)·B/P - 1 of every
+ * micro-batch (rows are pure functions of (step, row), so the shards make up exactly the
+ * single-process batch). A micro-batch's single-process loss is the mean over its N scored
+ * targets; rank r's model returns the mean over its own n_r, so its gradient enters with weight
+ * n_r / N (and 1/A per micro-batch, as in train_step): the sum over ranks then equals the
+ * single-process gradient up to float summation order. ids, tg: (A, B/P, T); acc: (tab.total)
+ * when A > 1. Loss and scores are summed alongside; a forward error on any rank fails the step
+ * on all of them.
+ *
+ * Dropout and other draws from the model's stream: every rank draws from its own stream derived
+ * from (shared state, rank, micro-batch), so shards do not share masks; the shared state then
+ * advances identically everywhere (a resumable, rank-independent checkpoint). Such a run is
+ * statistically, not bitwise, equal to one process. */
+static double train_step_dist(Trainer *t, int *ids, int *tg, float *acc, TaskScore *s, int *rc) {
+    Model *m = &t->model;
+    int P = dist_size(), B = t->cfg.batch / P, T = task_train_seq_len(t->task), A = t->cfg.grad_accum;
+    size_t BT = (size_t)B * T, n = m->tab.total;
+    double *cnt = xcalloc((size_t)2 * A, sizeof(double)), red[8] = {0};   /* cnt: (2, A) own, global */
+    for (int a = 0; a < A; a++) {
+        task_train_batch(t->task, (uint64_t)t->step, a * t->cfg.batch + dist_rank() * B, B, ids + a * BT, tg + a * BT);
+        for (size_t i = 0; i < BT; i++) cnt[a] += tg[a * BT + i] != IGNORE_INDEX;
+        cnt[A + a] = cnt[a];
+    }
+    dist_allreduce_sum_f64(cnt + A, (size_t)A);
+    model_zero_grad(m);
+    if (acc) memset(acc, 0, n * sizeof(float));
+    m->training = 1;
+    m->train_step = t->step;
+    m->train_total = t->cfg.steps;
+    Rng shared = m->rng;
+    TaskScore own = {0};
+    int err = IM_OK;
+    for (int a = 0; a < A && !err; a++) {
+        if (acc) model_zero_grad(m);
+        rng_seed(&m->rng, rng_hash(shared.state, (uint64_t)dist_rank(), (uint64_t)a), 7);
+        float loss = 0;
+        if ((err = model_fwd(m, ids + a * BT, tg + a * BT, B, T, &loss))) break;
+        model_bwd(m);
+        double w = cnt[A + a] > 0 ? cnt[a] / (cnt[A + a] * A) : 0;
+        if (acc) k_axpby(acc, (float)w, m->grads, 1.0f, n);
+        else k_axpby(m->grads, 0.0f, m->grads, (float)w, n);
+        red[0] += w * loss;
+        task_score(&own, m->logits, task_vocab(t->task), m->V, tg + a * BT, B, T);
+    }
+    m->rng = shared;
+    rng_u32(&m->rng);
+    free(cnt);
+    red[1] = own.tok_ok, red[2] = own.tok_n, red[3] = own.last10_ok, red[4] = own.last10_n;
+    red[5] = own.seq_ok, red[6] = own.seq_n, red[7] = err != IM_OK;
+    dist_allreduce_sum_f64(red, 8);
+    if (red[7] > 0) { *rc = dist_agree(err); return NAN; }   /* every rank sees red[7] > 0 */
+    if (acc) memcpy(m->grads, acc, n * sizeof(float));
+    dist_allreduce_sum(m->grads, n);
+    s->tok_ok += red[1], s->tok_n += red[2], s->last10_ok += red[3], s->last10_n += red[4];
+    s->seq_ok += red[5], s->seq_n += red[6];
+    return red[0];
+}
+
+/* After a data-parallel run: every rank must hold rank 0's weights bit for bit (a check that the
+ * steps really were identical everywhere; one pass over θ). */
+static int check_replicas(const Trainer *t) {
+    uint64_t h = 1469598103934665603ull, h0;
+    const unsigned char *p = (const unsigned char *)t->model.params;
+    for (size_t i = 0; i < t->model.tab.total * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+    h0 = h;
+    dist_bcast(&h0, sizeof h0, 0);
+    int rc = h == h0 ? IM_OK
+                     : err_set(IM_ENUM, "the weights on rank %d differ from rank 0's after step %d", dist_rank(), t->step);
+    return dist_agree(rc);
+}
+
 int trainer_run(Trainer *t, int stop_at) {
-    int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK;
-    int *ids = xmalloc(sizeof(int) * (size_t)B * T), *tg = xmalloc(sizeof(int) * (size_t)B * T);
+    int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK, P = dist_size();
+    /* a data-parallel rank generates all grad_accum shards of a step first (their target counts
+     * weight the gradients) */
+    size_t rows = P > 1 ? (size_t)t->cfg.grad_accum * (size_t)(B / P) : (size_t)B;
+    int *ids = xmalloc(sizeof(int) * rows * T), *tg = xmalloc(sizeof(int) * rows * T);
+    float *gacc = P > 1 && t->cfg.grad_accum > 1 ? xmalloc(sizeof(float) * t->model.tab.total) : NULL;
     Progress pg;
-    progress_init(&pg, t->cfg.progress, t->cfg.steps, t->step);
+    progress_init(&pg, dist_rank() == 0 ? t->cfg.progress : "none", t->cfg.steps, t->step);
     double t0 = timer_now(), t_log = t0;
     long tokens_since_log = 0;
     int kind = sched_parse(t->cfg.schedule);
     char msg[512];
     while (t->step < t->cfg.steps && (stop_at <= 0 || t->step < stop_at)) {
         TaskScore s = {0};
-        double loss = train_step(t, ids, tg, &s, &rc);
+        double loss = P > 1 ? train_step_dist(t, ids, tg, gacc, &s, &rc) : train_step(t, ids, tg, &s, &rc);
         if (rc) break;
         float lr = sched_lr(kind, t->step, t->cfg.steps, t->cfg.warmup, (float)t->cfg.lr, (float)t->cfg.min_lr);
         double gnorm = optim_grad_norm(&t->model);
@@ -429,22 +531,24 @@ int trainer_run(Trainer *t, int stop_at) {
             tokens_since_log = 0;
         }
         if (t->cfg.eval_every > 0 && t->step % t->cfg.eval_every == 0 && t->step < t->cfg.steps) {
-            if ((rc = trainer_eval(t))) break;
+            if ((rc = dist_agree(trainer_eval(t)))) break;
             snprintf(msg, sizeof msg, "eval @ step %d: mean %s %.4f (best %.4f @ step %d)", t->step,
                      t->cfg.best_metric, t->last_score, t->best, t->best_step);
             if (pg.mode == PROGRESS_PLAIN) progress_note(&pg, msg);
         }
         if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)
-            if ((rc = trainer_save(t))) break;
+            if ((rc = dist_agree(trainer_save(t)))) break;
         if (t->step % t->cfg.log_every == 0) t_log = timer_now();   /* tok/s excludes eval and saving */
     }
     progress_done(&pg);
     if (!rc && t->step == t->cfg.steps) {
-        rc = trainer_eval(t);
-        if (!rc) rc = trainer_save(t);
+        rc = dist_agree(trainer_eval(t));
+        if (!rc) rc = dist_agree(trainer_save(t));
     }
+    if (!rc && P > 1) rc = check_replicas(t);
     free(ids);
     free(tg);
+    free(gacc);
     return rc;
 }
 

@@ -1,0 +1,246 @@
+/* cmd_generate.c: `implicit generate` — sample text from a checkpoint token by token.
+ *
+ *   implicit generate CKPT --prompt TEXT [--max_tokens N] [--temperature T] [--top_k K] [--top_p P]
+ *                    [--seed S] [--stop STR] [--tokenizer SPEC] [--threads N] [--json OUT] [--echo 0|1]
+ *                    [model evaluation keys: --max_seq_len N --eval_f_max_iter N --seq_solver ...]
+ *
+ * The text streams to stdout as it is produced; the statistics (tokens/s, solver iterations per
+ * token, peak resident memory) go to stderr, so `> out.txt` keeps only the text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "implicit.h"
+#include "../src/io/atomic.h"
+#include "../src/train/sample.h"
+
+static int fail(const char *hint) {
+    fprintf(stderr, "error: %s\n", err_msg());
+    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    return 1;
+}
+
+static void help(void) {
+    printf("usage: implicit generate CKPT --prompt TEXT [options]\n"
+           "Feeds the prompt token by token (sequential mode: recurrent state, KV cache, or the per-token\n"
+           "fixed point of implicit / fixed-point models), then samples; the text streams to stdout.\n"
+           "  --prompt TEXT      the text to continue (may be empty if the tokenizer has an end-of-text token)\n"
+           "  --max_tokens N     tokens to generate (default 256)\n"
+           "  --temperature T    0 = greedy (default 1)\n"
+           "  --top_k K          sample among the K most likely (default 0 = all)\n"
+           "  --top_p P          sample among the smallest set with mass >= P (default 1 = all)\n"
+           "  --seed S           seed of the draws (default 0): the same seed gives the same text\n"
+           "  --stop STR         stop when the text contains STR (STR is not printed)\n"
+           "  --tokenizer SPEC   byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)\n"
+           "  --echo 0|1         print the prompt before the continuation (default 1)\n"
+           "  --threads N        OpenMP / BLAS threads\n"
+           "  --json OUT         write a summary (text, token counts, tokens/s, iterations, memory)\n"
+           "Model keys applied before loading: --max_seq_len N (KV-cache capacity of attention models),\n"
+           "and for implicit / fp models --eval_f_max_iter --eval_factor --f_tol --tau --seq_solver\n"
+           "--seq_warm_start --anderson_m --fp_eval_cap --fp_threshold (test-time compute).\n"
+           "stderr receives tokens/s for the prompt and the generation, mean solver iterations per token\n"
+           "(0 for explicit models) and the peak resident memory (getrusage ru_maxrss).\n");
+}
+
+typedef struct {
+    int to_stdout;
+    char *text;      /* (len) everything emitted, kept for --json only */
+    size_t len, cap;
+    int last_nl;
+} Sink;
+
+static int emit(void *ctx, const char *p, size_t n) {
+    Sink *s = ctx;
+    if (s->to_stdout) {
+        fwrite(p, 1, n, stdout);
+        fflush(stdout);
+    }
+    if (n) s->last_nl = p[n - 1] == '\n';
+    if (s->cap) {
+        if (s->len + n + 1 > s->cap) {
+            size_t cap = 2 * (s->len + n + 1);
+            char *t = realloc(s->text, cap);
+            if (!t) return err_set(IM_ENOMEM, "out of memory keeping the text for --json");
+            s->text = t;
+            s->cap = cap;
+        }
+        memcpy(s->text + s->len, p, n);
+        s->len += n;
+        s->text[s->len] = 0;
+    }
+    return IM_OK;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;   /* Linux: kilobytes */
+}
+
+static int write_json(const char *path, const char *ckpt, const Model *m, const Tokenizer *tok, const SampleCfg *sc,
+                      const GenStats *st, const Sink *sink, double rss) {
+    JsonBuf b;
+    json_buf_init(&b, 2);
+    json_buf_begin_obj(&b);
+    json_buf_kv_str(&b, "checkpoint", ckpt);
+    json_buf_kv_str(&b, "model", m->type->name);
+    json_buf_kv_str(&b, "tokenizer", tok_spec(tok));
+    json_buf_kv_num(&b, "temperature", sc->temperature);
+    json_buf_kv_int(&b, "top_k", sc->top_k);
+    json_buf_kv_num(&b, "top_p", sc->top_p);
+    json_buf_kv_int(&b, "seed", (int64_t)sc->seed);
+    json_buf_kv_int(&b, "prompt_tokens", st->n_prompt);
+    json_buf_kv_int(&b, "generated_tokens", st->n_gen);
+    json_buf_kv_num(&b, "prompt_seconds", st->prompt_s);
+    json_buf_kv_num(&b, "generation_seconds", st->gen_s);
+    json_buf_kv_num(&b, "prompt_tokens_per_s", st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0);
+    json_buf_kv_num(&b, "generation_tokens_per_s", st->gen_s > 0 ? st->n_gen / st->gen_s : 0);
+    json_buf_kv_num(&b, "prompt_iters_per_token", st->prompt_iters);
+    json_buf_kv_num(&b, "generation_iters_per_token", st->gen_iters);
+    json_buf_kv_num(&b, "peak_rss_mb", rss);
+    json_buf_kv_str(&b, "stop_reason", st->stop_reason);
+    json_buf_key(&b, "text");
+    json_buf_strn(&b, sink->text ? sink->text : "", sink->len);
+    json_buf_end_obj(&b);
+    json_buf_append(&b, "\n", 1);
+    int rc = b.failed ? err_set(IM_ENOMEM, "out of memory writing %s", path) : atomic_write_bytes(path, b.data, b.len);
+    json_buf_free(&b);
+    return rc;
+}
+
+typedef struct {
+    const char *ckpt, *prompt, *tok_spec, *json_out;
+    SampleCfg sc;
+    GenOpts go;
+    int echo;
+    const char *kv[64];   /* model keys {"key", "value", ..., NULL} */
+} GenArgs;
+
+/* Options after CKPT; prints the error and returns 1 on a bad one. */
+static int parse_args(GenArgs *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    a->ckpt = argv[0];
+    sample_cfg_default(&a->sc);
+    gen_opts_default(&a->go);
+    a->echo = 1;
+    int nkv = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (strncmp(argv[i], "--", 2)) { err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail("run `implicit generate --help`"); }
+        if (i + 1 >= argc) { err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
+        const char *k = argv[i] + 2, *v = argv[i + 1];
+        char *end = NULL;
+        if (!strcmp(k, "prompt")) a->prompt = v;
+        else if (!strcmp(k, "max_tokens")) a->go.max_tokens = (int)strtol(v, &end, 10);
+        else if (!strcmp(k, "temperature")) a->sc.temperature = strtof(v, &end);
+        else if (!strcmp(k, "top_k")) a->sc.top_k = (int)strtol(v, &end, 10);
+        else if (!strcmp(k, "top_p")) a->sc.top_p = strtof(v, &end);
+        else if (!strcmp(k, "seed")) a->sc.seed = strtoull(v, &end, 10);
+        else if (!strcmp(k, "stop")) a->go.stop = *v ? v : NULL;
+        else if (!strcmp(k, "tokenizer")) a->tok_spec = v;
+        else if (!strcmp(k, "threads")) k_set_threads((int)strtol(v, &end, 10));
+        else if (!strcmp(k, "json")) a->json_out = v;
+        else if (!strcmp(k, "echo")) a->echo = (int)strtol(v, &end, 10);
+        else if (nkv < 62) { a->kv[nkv++] = k; a->kv[nkv++] = v; }   /* model keys, checked below */
+        if (end && (end == v || *end)) {
+            err_set(IM_EINVAL, "option '--%s': '%s' is not a number", k, v);
+            return fail("run `implicit generate --help`");
+        }
+    }
+    a->kv[nkv] = NULL;
+    ModelCfg probe;   /* name a typo before loading anything */
+    cfg_defaults(&probe);
+    for (int i = 0; i < nkv; i += 2)
+        if (cfg_set(&probe, a->kv[i], a->kv[i + 1])) {
+            err_set(IM_EINVAL, "unknown option or bad value '--%s %s'", a->kv[i], a->kv[i + 1]);
+            return fail("run `implicit generate --help` (model keys: `implicit init --help`)");
+        }
+    if (!a->prompt) {
+        err_set(IM_EINVAL, "missing --prompt");
+        return fail("implicit generate CKPT --prompt \"Once upon a time\"");
+    }
+    if (a->go.max_tokens < 0) { err_set(IM_EINVAL, "--max_tokens must be >= 0"); return fail(NULL); }
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        help();
+        return 0;
+    }
+    if (argc < 1 || !strncmp(argv[0], "--", 2)) {
+        err_set(IM_EINVAL, "`implicit generate` needs a checkpoint");
+        return fail("implicit generate runs/x/best.safetensors --prompt \"Once upon a time\" (see --help)");
+    }
+    GenArgs a;
+    if (parse_args(&a, argc, argv)) return 1;
+    const char *ckpt = a.ckpt, *prompt = a.prompt, *tok_spec_arg = a.tok_spec, *json_out = a.json_out;
+    SampleCfg sc = a.sc;
+    GenOpts go = a.go;
+    int echo = a.echo;
+    const char *const *kv = a.kv;
+    Model m;
+    if (gen_load_model(&m, ckpt, kv))
+        return fail("is this a checkpoint written by `implicit`?");
+    Tokenizer *tok;
+    if (gen_load_tokenizer(&tok, ckpt, tok_spec_arg, &m)) {
+        model_free(&m);
+        return fail("choose a tokenizer whose vocabulary fits the model with --tokenizer");
+    }
+    if (tok_vocab(tok) < m.cfg.vocab_size)
+        fprintf(stderr, "note: tokenizer '%s' has %d ids, the model %d (only the tokenizer's ids are sampled); if the "
+                "model was trained with another tokenizer, give it with --tokenizer\n", tok_spec(tok), tok_vocab(tok),
+                m.cfg.vocab_size);
+    Sampler s;
+    int *ids = NULL, *out = NULL, rc;
+    size_t n_ids = 0;
+    if ((rc = sampler_init(&s, &sc, tok_vocab(tok)))) goto done;
+    if ((rc = tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids))) goto done;
+    if (n_ids == 0) {
+        if (tok_eos(tok) < 0) {
+            rc = err_set(IM_EINVAL, "the prompt is empty and tokenizer '%s' has no end-of-text token to start from; "
+                         "give --prompt TEXT", tok_spec(tok));
+            goto done;
+        }
+        free(ids);
+        if (!(ids = malloc(sizeof *ids))) { rc = err_set(IM_ENOMEM, "out of memory"); goto done; }
+        ids[0] = tok_eos(tok);
+        n_ids = 1;
+    }
+    out = malloc(sizeof *out * (size_t)(go.max_tokens > 0 ? go.max_tokens : 1));
+    Sink sink = {1, NULL, 0, json_out ? 1 : 0, 1};
+    if (json_out && !(sink.text = calloc(1, 1))) rc = err_set(IM_ENOMEM, "out of memory");
+    if (!out || rc) { rc = rc ? rc : err_set(IM_ENOMEM, "out of memory"); goto done; }
+    if (echo && *prompt) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+        sink.last_nl = prompt[strlen(prompt) - 1] == '\n';
+    }
+    go.emit = emit;
+    go.emit_ctx = &sink;
+    GenStats st;
+    rc = gen_run(&m, tok, &s, ids, (int)n_ids, &go, out, &st);
+    if (isatty(STDOUT_FILENO) && !sink.last_nl) fputc('\n', stdout);
+    fflush(stdout);
+    double rss = peak_rss_mb();
+    int implicit = !strncmp(m.cfg.model, "implicit_", 9) || !strncmp(m.cfg.model, "fp_", 3);
+    fprintf(stderr, "[%s, %s tokenizer] prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s "
+            "(%.1f tok/s); stop: %s\n",
+            m.type->name, tok_kind(tok), st.n_prompt, st.prompt_s, st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0,
+            st.n_gen, st.gen_s, st.gen_s > 0 ? st.n_gen / st.gen_s : 0, st.stop_reason);
+    fprintf(stderr, "solver iterations per token: prompt %.2f, generation %.2f%s; peak resident memory %.1f MB\n",
+            st.prompt_iters, st.gen_iters, implicit ? "" : " (explicit model)", rss);
+    if (!rc && json_out) rc = write_json(json_out, ckpt, &m, tok, &sc, &st, &sink, rss);
+    free(sink.text);
+done:
+    free(out);
+    free(ids);
+    sampler_free(&s);
+    tok_free(tok);
+    model_free(&m);
+    return rc ? fail(rc == IM_EINVAL && strstr(err_msg(), "KV cache") ? "raise the KV-cache capacity with --max_seq_len N"
+                                                                       : NULL)
+              : 0;
+}

@@ -1,0 +1,124 @@
+/* cmd_mc.c: `implicit mc` — multiple-choice log-likelihood evaluation (src/train/mc.h).
+ *
+ *   implicit mc CKPT TASK.jsonl [--limit N] [--json OUT] [--tokenizer SPEC] [--delimiter STR]
+ *               [--threads N] [model evaluation keys: --max_seq_len N --eval_f_max_iter N ...]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "implicit.h"
+#include "../src/train/mc.h"
+#include "../src/train/sample.h"
+
+static int fail(const char *hint) {
+    fprintf(stderr, "error: %s\n", err_msg());
+    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    return 1;
+}
+
+static void help(void) {
+    printf("usage: implicit mc CKPT TASK.jsonl [options]\n"
+           "Scores every choice of every item by the summed log-likelihood of its tokens after the context\n"
+           "(one full-sequence forward per context+choice, joint tokenisation as lm-evaluation-harness) and\n"
+           "reports acc (argmax log-likelihood), acc_norm (argmax log-likelihood per byte of the choice) and\n"
+           "greedy_acc (the gold choice is the greedy continuation: LAMBADA's metric).\n"
+           "TASK.jsonl: one object per line, {\"context\": str, \"choices\": [str, ...], \"gold\": int}; also\n"
+           "\"query\"/\"ctx\", \"endings\" and \"label\" (int or digit string), as in HellaSwag files.\n"
+           "  --limit N          score the first N items only\n"
+           "  --json OUT         write the metrics and per-item log-likelihoods\n"
+           "  --tokenizer SPEC   byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)\n"
+           "  --delimiter STR    inserted between context and choice (default none; ' ' for files whose\n"
+           "                     choices lack the leading space, e.g. HellaSwag's endings)\n"
+           "  --threads N        OpenMP / BLAS threads\n"
+           "Model keys applied before loading: --max_seq_len N (longer inputs lose context on the left),\n"
+           "--eval_f_max_iter N, --f_tol X, ... (implicit / fp models).\n");
+}
+
+static void progress(void *ctx, int done, int total, const McSummary *s) {
+    (void)ctx;
+    int step = total >= 20 ? total / 20 : 1;
+    if (done % step && done != total) return;
+    fprintf(stderr, "\r[%d/%d] acc %.4f acc_norm %.4f (%.1f s)%s", done, total, s->acc, s->acc_norm, s->seconds,
+            done == total ? "\n" : "");
+}
+
+int cmd_mc(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        help();
+        return 0;
+    }
+    if (argc < 2 || !strncmp(argv[1], "--", 2)) {
+        err_set(IM_EINVAL, "`implicit mc` needs a checkpoint and a task file");
+        return fail("implicit mc runs/x/best.safetensors tests/fixtures/mc_tiny.jsonl (see --help)");
+    }
+    const char *ckpt = argv[0], *task_path = argv[1], *tok_arg = NULL, *json_out = NULL, *delim = "";
+    int limit = 0;
+    const char *kv[64];
+    int nkv = 0;
+    for (int i = 2; i < argc; i += 2) {
+        if (strncmp(argv[i], "--", 2)) { err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail("run `implicit mc --help`"); }
+        if (i + 1 >= argc) { err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
+        const char *k = argv[i] + 2, *v = argv[i + 1];
+        char *end = NULL;
+        if (!strcmp(k, "limit")) limit = (int)strtol(v, &end, 10);
+        else if (!strcmp(k, "json")) json_out = v;
+        else if (!strcmp(k, "tokenizer")) tok_arg = v;
+        else if (!strcmp(k, "delimiter")) delim = v;
+        else if (!strcmp(k, "threads")) k_set_threads((int)strtol(v, &end, 10));
+        else if (nkv < 62) { kv[nkv++] = k; kv[nkv++] = v; }
+        if (end && (end == v || *end)) { err_set(IM_EINVAL, "option '--%s': '%s' is not an integer", k, v); return fail(NULL); }
+    }
+    kv[nkv] = NULL;
+    ModelCfg probe;   /* other options are model keys: name a typo before loading anything */
+    cfg_defaults(&probe);
+    for (int i = 0; i < nkv; i += 2)
+        if (cfg_set(&probe, kv[i], kv[i + 1])) {
+            err_set(IM_EINVAL, "unknown option or bad value '--%s %s'", kv[i], kv[i + 1]);
+            return fail("run `implicit mc --help` (model keys: `implicit init --help`)");
+        }
+    McTask task;
+    if (mc_load(&task, task_path, limit))
+        return fail("one JSON object per line: {\"context\": ..., \"choices\": [...], \"gold\": N}");
+    Model m;
+    if (gen_load_model(&m, ckpt, kv)) {
+        mc_free(&task);
+        return fail("is this a checkpoint written by `implicit`?");
+    }
+    Tokenizer *tok;
+    if (gen_load_tokenizer(&tok, ckpt, tok_arg, &m)) {
+        model_free(&m);
+        mc_free(&task);
+        return fail("choose a tokenizer whose vocabulary fits the model with --tokenizer");
+    }
+    if (tok_vocab(tok) < m.cfg.vocab_size)
+        fprintf(stderr, "note: tokenizer '%s' has %d ids, the model %d (only the tokenizer's ids are meaningful); if the "
+                "model was trained with another tokenizer, give it with --tokenizer\n", tok_spec(tok), tok_vocab(tok),
+                m.cfg.vocab_size);
+    McItemResult *res = calloc((size_t)task.n, sizeof *res);
+    McSummary sum;
+    McOpts o = {delim, isatty(STDERR_FILENO) ? progress : NULL, NULL};
+    int rc = res ? mc_run(&m, tok, &task, &o, res, &sum) : err_set(IM_ENOMEM, "out of memory");
+    if (!rc) {
+        int implicit = !strncmp(m.cfg.model, "implicit_", 9) || !strncmp(m.cfg.model, "fp_", 3);
+        printf("%s on %s: %d items, %ld forwards, %s model, %s tokenizer\n", ckpt, task_path, sum.n, sum.forwards,
+               m.type->name, tok_spec(tok));
+        printf("acc         %.4f\n", sum.acc);
+        printf("acc_norm    %.4f\n", sum.acc_norm);
+        printf("greedy_acc  %.4f\n", sum.greedy_acc);
+        printf("gold loglik %.4f per item, %.4f nats per token\n", sum.gold_loglik, -sum.gold_nll_per_token);
+        if (implicit) printf("solver iterations per forward %.2f\n", sum.iters);
+        printf("%ld tokens in %.2f s (%.0f tokens/s)", sum.tokens, sum.seconds, sum.seconds > 0 ? sum.tokens / sum.seconds : 0);
+        if (sum.n_split) printf("; %d pairs tokenised separately at the boundary", sum.n_split);
+        if (sum.n_truncated) printf("; %d pairs truncated to max_seq_len", sum.n_truncated);
+        printf("\n");
+        if (json_out) rc = mc_write_json(json_out, ckpt, task_path, tok_spec(tok), &task, res, &sum);
+    }
+    mc_results_free(res, task.n);
+    free(res);
+    tok_free(tok);
+    model_free(&m);
+    mc_free(&task);
+    return rc ? fail(NULL) : 0;
+}

@@ -1,0 +1,123 @@
+/* tokenizer.c: spec dispatch and the byte-level tokenizer (see tokenizer.h). The BPE and
+ * tokenizer.json kinds live in tok_bpe.c / tok_hf.c behind tok_impl.h. */
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/check.h"
+#include "tok_impl.h"
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+int tok_load(Tokenizer **out, const char *spec) {
+    *out = NULL;
+    if (!spec || !*spec) return err_set(IM_EINVAL, "tokenizer: empty spec (byte | FILE.bpe | FILE.json)");
+    Tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return err_set(IM_ENOMEM, "tokenizer: out of memory");
+    t->spec = strdup(spec);
+    int rc;
+    if (!strcmp(spec, "byte")) rc = tok_byte_init(t);
+    else if (ends_with(spec, ".bpe")) rc = tok_bpe_load(t, spec);
+    else if (ends_with(spec, ".json")) rc = tok_hf_load(t, spec);
+    else rc = err_set(IM_EINVAL, "tokenizer '%s': unknown kind (byte | FILE.bpe | FILE.json)", spec);
+    if (rc) {
+        tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return IM_OK;
+}
+
+void tok_free(Tokenizer *t) {
+    if (!t) return;
+    if (t->free_impl) t->free_impl(t);
+    if (t->pieces)
+        for (int i = 0; i < t->vocab; i++) free(t->pieces[i]);
+    free(t->pieces);
+    free(t->piece_len);
+    free(t->spec);
+    free(t);
+}
+
+const char *tok_spec(const Tokenizer *t) { return t->spec; }
+const char *tok_kind(const Tokenizer *t) { return t->kind; }
+int tok_vocab(const Tokenizer *t) { return t->vocab; }
+int tok_eos(const Tokenizer *t) { return t->eos; }
+int tok_merges(const Tokenizer *t) { return t->n_merges; }
+int tok_pretok(const Tokenizer *t) { return t->pretok; }
+
+const char *tok_pretok_name(int mode) { return mode == TOK_PRETOK_GPT2 ? "gpt2" : "none"; }
+
+int tok_pretok_parse(const char *name, int *mode) {
+    if (!strcmp(name, "gpt2")) *mode = TOK_PRETOK_GPT2;
+    else if (!strcmp(name, "none")) *mode = TOK_PRETOK_NONE;
+    else return err_set(IM_EINVAL, "pre-tokenisation '%s' is not gpt2 or none", name);
+    return IM_OK;
+}
+
+const char *tok_piece(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->vocab || !t->pieces[id]) return NULL;
+    *len = t->piece_len[id];
+    return t->pieces[id];
+}
+
+int tok_encode(const Tokenizer *t, const char *text, size_t n, int **ids, size_t *n_ids) {
+    return t->encode(t, text, n, ids, n_ids);
+}
+
+int tok_decode(const Tokenizer *t, const int *ids, size_t n_ids, char **text, size_t *n) {
+    size_t total = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab || !t->pieces[ids[i]])
+            return err_set(IM_EINVAL, "tokenizer: id %d at position %zu is outside the vocabulary (%d)", ids[i], i,
+                           t->vocab);
+        total += t->piece_len[ids[i]];
+    }
+    char *buf = malloc(total + 1);
+    if (!buf) return err_set(IM_ENOMEM, "tokenizer: out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        memcpy(buf + at, t->pieces[ids[i]], t->piece_len[ids[i]]);
+        at += t->piece_len[ids[i]];
+    }
+    buf[at] = 0;
+    *text = buf;
+    *n = at;
+    return IM_OK;
+}
+
+/* ---- byte level ------------------------------------------------------------------------------- */
+
+static int byte_encode(const Tokenizer *t, const char *text, size_t n, int **ids, size_t *n_ids) {
+    (void)t;
+    int *out = malloc((n ? n : 1) * sizeof *out);
+    if (!out) return err_set(IM_ENOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < n; i++) out[i] = (unsigned char)text[i];
+    *ids = out;
+    *n_ids = n;
+    return IM_OK;
+}
+
+int tok_set_byte_pieces(Tokenizer *t, int vocab) {
+    t->vocab = vocab;
+    t->pieces = calloc((size_t)vocab, sizeof *t->pieces);
+    t->piece_len = calloc((size_t)vocab, sizeof *t->piece_len);
+    if (!t->pieces || !t->piece_len) return err_set(IM_ENOMEM, "tokenizer: out of memory");
+    for (int b = 0; b < 256 && b < vocab; b++) {
+        if (!(t->pieces[b] = malloc(1))) return err_set(IM_ENOMEM, "tokenizer: out of memory");
+        t->pieces[b][0] = (char)b;
+        t->piece_len[b] = 1;
+    }
+    return IM_OK;
+}
+
+int tok_byte_init(Tokenizer *t) {
+    t->kind = "byte";
+    t->eos = -1;
+    t->encode = byte_encode;
+    return tok_set_byte_pieces(t, 256);
+}
