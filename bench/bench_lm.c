@@ -1,0 +1,110 @@
+/* bench_lm.c: language-model throughput at the tinyshakespeare sizes of the README (byte vocabulary
+ * 256, 4 layers, d_model 128, context 64, batch 12): one training step (forward, backward, AdamW)
+ * and batch-1 generation (token by token through model_step, the path of `implicit generate`), for
+ * each family. C only: bench/torch_bench.py has no language-model cases.
+ *   lm_llama       explicit Llama (4 heads, d_inner 512)
+ *   lm_mamba2      explicit Mamba2 (N 16, P 32, gated MLP 512)
+ *   lm_imp_mamba2  implicit Mamba2, the free phase of the README run ("8+2"; evaluation cap 16)
+ *   lm_fp_mamba    FP-Mamba-H r 1 (short conv, gate in the loop, ℓ_max 16, evaluation cap 100)
+ * Output: `implicit <case> train_tok_s=... gen_tok_s=... gen_iters=...` (medians after one warm-up).
+ * Usage: bench_lm [--quick] [--cases a,b]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "../src/core/check.h"
+#include "../src/core/timer.h"
+#include "../src/kernels/kernels.h"
+#include "../src/models/model.h"
+#include "../src/train/optim.h"
+
+typedef struct {
+    const char *name;
+    const char *model[24];
+} Case;
+
+static const Case CASES[] = {
+    {"lm_llama", {"model", "llama", "n_head", "4", "d_inner", "512", NULL}},
+    {"lm_mamba2", {"model", "mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", NULL}},
+    {"lm_imp_mamba2", {"model", "implicit_mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", "f_max_iter",
+                       "8", "grad", "2", "eval_f_max_iter", "16", NULL}},
+    {"lm_fp_mamba", {"model", "fp_mamba", "short_conv", "1", "glu_in_loop", "1", "bc_norm", "0", "mixer_type",
+                     "householder", "fp_max_iter", "16", "fp_eval_cap", "100", NULL}},
+};
+
+enum { B = 12, T = 64, V = 256, GEN = 256 };
+
+static void run(const Case *c, int repeats) {
+    ModelCfg mc;
+    cfg_defaults(&mc);
+    const char *base[] = {"vocab_size", "256", "n_layer", "4", "d_model", "128", NULL};
+    for (int i = 0; base[i]; i += 2) CHECK(cfg_set(&mc, base[i], base[i + 1]) == 0, "%s", err_msg());
+    for (int i = 0; c->model[i]; i += 2) CHECK(cfg_set(&mc, c->model[i], c->model[i + 1]) == 0, "%s", err_msg());
+    Model m;
+    CHECK(model_create(&m, &mc) == 0, "%s", err_msg());
+    model_init_params(&m, 1);
+    AdamW opt;
+    AdamWCfg oc;
+    adamw_cfg_default(&oc);
+    adamw_init(&opt, &m, &oc);
+    int *ids = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    Rng r;
+    rng_seed(&r, 3, 0);
+    /* printable bytes, as in text */
+    for (int i = 0; i < B * T; i++) ids[i] = 32 + (int)rng_below(&r, 95), tg[i] = 32 + (int)rng_below(&r, 95);
+    double *ts = malloc(sizeof(double) * (size_t)repeats), *gs = malloc(sizeof(double) * (size_t)repeats);
+    double iters = 0;
+    float *logits = malloc(sizeof(float) * (size_t)m.V);
+    for (int i = 0; i < 1 + repeats; i++) {
+        m.training = 1;
+        double t0 = timer_now();
+        float loss;
+        CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
+        model_zero_grad(&m);
+        model_bwd(&m);
+        adamw_step(&opt, &m, 1e-4f);
+        double t1 = timer_now();
+        /* generation: batch 1, GEN tokens, greedy on the last logits */
+        m.training = 0;
+        CHECK(model_state_init(&m, 1) == 0, "%s", err_msg());
+        int tok = 'T';
+        double it = 0, g0 = timer_now();
+        for (int k = 0; k < GEN; k++) {
+            CHECK(model_step(&m, &tok, logits) == 0, "%s", err_msg());
+            it += m.fp_iters;
+            int best = 0;
+            for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
+            tok = best;
+        }
+        double g1 = timer_now();
+        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / GEN;
+    }
+    double s = median(ts, repeats), g = median(gs, repeats);
+    printf("implicit %s train_tok_s=%.1f gen_tok_s=%.1f gen_iters=%.2f train_ms=%.1f B=%d T=%d params=%zu "
+           "repeats=%d threads=%d blas=%s\n",
+           c->name, B * T / s, GEN / g, iters / repeats, s * 1e3, B, T, ptab_count(&m.tab), repeats, k_get_threads(),
+           k_blas_name());
+    fflush(stdout);
+    free(ts); free(gs); free(ids); free(tg); free(logits);
+    adamw_free(&opt);
+    model_free(&m);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    const char *cases = "lm_llama,lm_mamba2,lm_imp_mamba2,lm_fp_mamba";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
+        else if (!strncmp(argv[i], "--", 2) && i + 1 < argc && argv[i + 1][0] != '-') i++; /* another bench's option */
+    }
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        char want[64], list[512];
+        snprintf(want, sizeof want, ",%s,", CASES[i].name);
+        snprintf(list, sizeof list, ",%s,", cases);
+        if (strstr(list, want)) run(&CASES[i], quick ? 2 : 3);
+    }
+    return 0;
+}
