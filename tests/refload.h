@@ -1,14 +1,17 @@
 /* refload.h: reading the PyTorch reference files of tests/ref/ (their own config key names)
- * into our configs; shared by test_models and test_implicit. */
+ * into our configs, and replaying their AdamW traces; shared by the parity tests. */
 #ifndef IMPLICIT_REFLOAD_H
 #define IMPLICIT_REFLOAD_H
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../src/io/json.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/config.h"
+#include "../src/models/model.h"
+#include "../src/train/optim.h"
 
 /* Map the reference's config JSON (its own key names) onto ours. */
 static inline int ref_config(const StFile *f, ModelCfg *c, int *B, int *T) {
@@ -44,6 +47,29 @@ static inline const float *ref_tensor(const StFile *f, const char *name, size_t 
     const StTensor *t = st_find(f, name);
     if (!t || st_numel(t) != numel) return NULL;
     return st_data(f, t);
+}
+
+/* The references' optimizer trace: 10 AdamW steps (default config, lr 1e-2) from m's current
+ * parameters on (ids, tg); *wl, *wn receive the worst relative error of the step losses and of the
+ * gradient norms against losses[10], norms[10]. The caller asserts with its own tolerance. */
+static inline void ref_adamw_replay(Model *m, const int *ids, const int *tg, int B, int T, const float *losses,
+                                    const float *norms, double *wl, double *wn) {
+    AdamW opt;
+    AdamWCfg oc;
+    adamw_cfg_default(&oc);
+    oc.lr = 1e-2f;
+    adamw_init(&opt, m, &oc);
+    *wl = *wn = 0;
+    for (int s = 0; s < 10; s++) {
+        float loss = 0;
+        model_fwd(m, ids, tg, B, T, &loss);
+        model_zero_grad(m);
+        model_bwd(m);
+        double n = adamw_step(&opt, m, oc.lr);
+        *wl = fmax(*wl, fabs(loss - losses[s]) / fabs(losses[s]));
+        *wn = fmax(*wn, fabs(n - norms[s]) / fabs(norms[s]));
+    }
+    adamw_free(&opt);
 }
 
 #endif

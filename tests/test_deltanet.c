@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "th.h"
+#include "refload.h"
 #include "../src/core/check.h"
 #include "../src/io/safetensors.h"
 #include "../src/kernels/kernels.h"
@@ -638,24 +639,11 @@ static void test_ref(const StFile *f, const char *prefix) {
         worst = fmax(worst, e);
         TH_CHECK(e <= 1e-5, "%s: gradient %s rel err %.3g", prefix, p->name, e);
     }
-    AdamW opt;
-    AdamWCfg oc;
-    adamw_cfg_default(&oc);
-    oc.lr = 1e-2f;
-    adamw_init(&opt, &m, &oc);
-    double wl = 0, wn = 0;
-    for (int s = 0; s < 10; s++) {
-        model_fwd(&m, ids, tg, B, T, &loss);
-        model_zero_grad(&m);
-        model_bwd(&m);
-        double n = adamw_step(&opt, &m, oc.lr);
-        wl = fmax(wl, fabs(loss - losses[s]) / fabs(losses[s]));
-        wn = fmax(wn, fabs(n - norms[s]) / fabs(norms[s]));
-    }
+    double wl, wn;
+    ref_adamw_replay(&m, ids, tg, B, T, losses, norms, &wl, &wn);
     TH_CHECK(wl <= 1e-4 && wn <= 1e-4, "%s: adamw losses rel err %.3g, grad norms %.3g", prefix, wl, wn);
     printf("  %-4s %-15s logits %.2e  loss %.2e  worst grad %.2e  adamw loss %.2e  norm %.2e\n", prefix, c.model, el,
            eloss, worst, wl, wn);
-    adamw_free(&opt);
     model_free(&m);
 }
 

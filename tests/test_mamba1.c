@@ -465,23 +465,10 @@ static void model_ref(const char *path) {
     }
     printf("  %s: logits %.2e  loss %.2e  worst grad %.2e\n", path, el, fabs(loss - *loss_ref) / fabs(*loss_ref),
            worst);
-    AdamW opt;
-    AdamWCfg oc;
-    adamw_cfg_default(&oc);
-    oc.lr = 1e-2f;
-    adamw_init(&opt, &m, &oc);
-    double wl = 0, wn = 0;
-    for (int s = 0; s < 10; s++) {
-        model_fwd(&m, ids, tg, B, T, &loss);
-        model_zero_grad(&m);
-        model_bwd(&m);
-        double n = adamw_step(&opt, &m, oc.lr);
-        wl = fmax(wl, fabs(loss - losses[s]) / fabs(losses[s]));
-        wn = fmax(wn, fabs(n - norms[s]) / fabs(norms[s]));
-    }
+    double wl, wn;
+    ref_adamw_replay(&m, ids, tg, B, T, losses, norms, &wl, &wn);
     TH_CHECK(wl <= 1e-4 && wn <= 1e-4, "mamba1 ref adamw: losses rel err %.3g, grad norms %.3g", wl, wn);
     printf("  %s: adamw 10 steps: loss %.2e  grad norm %.2e  (final loss %.4f)\n", path, wl, wn, losses[9]);
-    adamw_free(&opt);
     model_free(&m);
     st_free(&f);
 }

@@ -62,25 +62,12 @@ static void check_ref(const char *path) {
     const float *losses = ref_tensor(&f, "adamw.losses", 10), *norms = ref_tensor(&f, "adamw.grad_norms", 10);
     TH_CHECK(losses && norms, "%s: missing adamw reference", path);
     if (losses && norms) {
-        AdamW opt;
-        AdamWCfg oc;
-        adamw_cfg_default(&oc);
-        oc.lr = 1e-2f;
-        adamw_init(&opt, &m, &oc);
-        double worst_l = 0, worst_n = 0;
-        for (int s = 0; s < 10; s++) {
-            model_fwd(&m, ids, tg, B, T, &loss);
-            model_zero_grad(&m);
-            model_bwd(&m);
-            double n = adamw_step(&opt, &m, oc.lr);
-            worst_l = fmax(worst_l, fabs(loss - losses[s]) / fabs(losses[s]));
-            worst_n = fmax(worst_n, fabs(n - norms[s]) / fabs(norms[s]));
-        }
+        double worst_l, worst_n;
+        ref_adamw_replay(&m, ids, tg, B, T, losses, norms, &worst_l, &worst_n);
         TH_CHECK(worst_l <= 1e-3, "%s: adamw losses rel err %.3g", path, worst_l);
         TH_CHECK(worst_n <= 1e-3, "%s: adamw grad norms rel err %.3g", path, worst_n);
         printf("  %-34s adamw 10 steps: loss %.2e  grad norm %.2e  (final loss %.4f)\n", path, worst_l, worst_n,
                losses[9]);
-        adamw_free(&opt);
     }
     model_free(&m);
     st_free(&f);
