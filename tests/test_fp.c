@@ -10,6 +10,9 @@
  *  - Anderson: same fixed point in fewer f calls than Picard on a slowly contracting map (affine
  *    and tanh), convergence where Picard diverges (eigenvalues in (−1.5, 0.9)), samples that never
  *    interact (batch = each sample alone, bitwise);
+ *  - Broyden: the exact fixed point in fewer f calls than Picard (affine with m 32 and m 4, tanh),
+ *    convergence on affine maps with eigenvalues above 1 (Picard diverges; also as an IFT
+ *    adjoint), the restart after a residual spike (from the best f-output), samples independent;
  *  - the evaluation loop: bitwise equal to a hand-written §3.2 loop (plain and EMA), the first
  *    iteration cannot stop from z0 = 0, max_iter = 1 rejected;
  *  - the adjoint: exact on an affine map; on the tanh map the IFT bias gradient equals central
@@ -39,6 +42,7 @@ typedef struct {
     long calls, vjp_calls;
     long nan_at, vjp_nan_at; /* the call (1-based) that writes a NaN; 0 = never */
     float *last_in; /* (nb, d) input of the last f call | NULL */
+    long spike_at;  /* the call (1-based) whose output is multiplied by 1e6; 0 = never */
 } Map;
 
 static void map_f(void *ctx, float *out, const float *z) {
@@ -53,6 +57,8 @@ static void map_f(void *ctx, float *out, const float *z) {
             out[b * m->d + i] = m->is_tanh ? (float)tanh(acc) : (float)acc;
         }
     if (m->calls == m->nan_at) out[m->d / 2] = NAN;
+    if (m->calls == m->spike_at)
+        for (int i = 0; i < m->nb * m->d; i++) out[i] *= 1e6f;
 }
 
 /* dz_b += A_bᵀ (s_b ⊙ g_b): the Jacobian transpose at the linearisation point */
@@ -91,7 +97,7 @@ static FpMap fpmap(Map *m) {
 /* The one-sample map of sample b of m (shares its matrices). */
 static Map map_sample(const Map *m, int b) {
     Map s = {1, m->d, m->A + (size_t)b * m->d * m->d, m->c + (size_t)b * m->d, m->is_tanh,
-             m->s ? m->s + (size_t)b * m->d : NULL, 0, 0, 0, 0, NULL};
+             m->s ? m->s + (size_t)b * m->d : NULL, 0, 0, 0, 0, NULL, 0};
     return s;
 }
 
@@ -278,7 +284,7 @@ static void test_picard_converges(Rng *r) {
     for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, scale[b], r);
     th_fill_normal(c, NB * D, r, 1.0f);
     th_fill_normal(z0, NB * D, r, 1.0f);
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
 
     FpOpts o = opts(FP_PICARD, 1000, 1e-5, FP_STOP_ABS);
     memcpy(z, z0, sizeof z);
@@ -339,7 +345,7 @@ static void test_picard_lowest(void) {
             A[(b * D + i) * D + i] = diag[b][i];
             c[b * D + i] = (1.0f - diag[b][i]) * xs[b][i];
         }
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     FpOpts o = opts(FP_PICARD, 40, 1e-12, FP_STOP_ABS);
     RefStats rs;
     float zr[NB * D];
@@ -397,7 +403,7 @@ static void test_anderson_faster(Rng *r) {
     }
     th_fill_normal(c, NB * D, r, 1.0f);
     th_fill_normal(z0, NB * D, r, 1.0f);
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     int pc, ac;
     race(&m, z0, 1e-5, &pc, &ac, zp, za);
     double ep = exact_err(&m, zp, 0, NULL), ea = exact_err(&m, za, 0, NULL);
@@ -412,7 +418,7 @@ static void test_anderson_faster(Rng *r) {
         fill_symmetric(A + b * D * D, D, lam, r);
     }
     th_fill_normal(c, NB * D, r, 0.3f);
-    Map mt = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL};
+    Map mt = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL, 0};
     race(&mt, z0, 1e-6, &pc, &ac, zp, za);
     double e = th_rel_err(za, zp, NB * D);
     TH_CHECK(e < 1e-4, "anderson tanh: differs from picard by %.3g", e);
@@ -426,7 +432,7 @@ static void test_anderson_robust(Rng *r) {
     float A[NB * D * D], c[NB * D], z0[NB * D], zp[NB * D], za[NB * D];
     double lam[D];
     th_fill_normal(z0, NB * D, r, 1.0f);
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     /* Picard diverges (eigenvalue -1.4), Anderson converges to the exact solution */
     for (int b = 0; b < NB; b++) {
         for (int i = 0; i < D; i++) lam[i] = -1.4 + 2.25 * i / (D - 1);
@@ -452,7 +458,7 @@ static void test_anderson_robust(Rng *r) {
      * written out by hand on a fast contraction (residuals still falling after 15 steps) */
     float Ac[NB * D * D], xh[NB * D], fh[NB * D];
     for (int b = 0; b < NB; b++) fill_contractive(Ac + b * D * D, D, 0.5f, r);
-    Map mc = {NB, D, Ac, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map mc = {NB, D, Ac, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     memcpy(xh, z0, sizeof xh);
     for (int k = 0; k < 15; k++) {
         map_f(&mc, fh, xh);
@@ -478,6 +484,115 @@ static void test_anderson_robust(Rng *r) {
             TH_CHECK(solve(&mb, zb, &o, NULL) == IM_OK && !memcmp(zb, za + b * D, sizeof zb),
                      "independence: %s sample %d differs from its solo run", s ? "anderson" : "picard", b);
         }
+    }
+}
+
+/* ---- Broyden ---------------------------------------------------------------------------------- */
+
+static void test_broyden(Rng *r) {
+    enum { NB = 2, D = 16 };
+    float A[NB * D * D], c[NB * D], z0[NB * D], zp[NB * D], zb[NB * D];
+    double lam[D];
+    th_fill_normal(z0, NB * D, r, 1.0f);
+    th_fill_normal(c, NB * D, r, 1.0f);
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
+    FpStats sp = {0}, sb = {0};
+
+    /* slowly contracting affine maps (eigenvalues in [-0.5, 0.98]): the exact fixed point in far
+     * fewer evaluations than Picard */
+    for (int b = 0; b < NB; b++) {
+        for (int i = 0; i < D; i++) lam[i] = -0.5 + 1.48 * i / (D - 1);
+        fill_symmetric(A + b * D * D, D, lam, r);
+    }
+    FpOpts op = opts(FP_PICARD, 5000, 1e-5, FP_STOP_ABS), ob = op;
+    ob.solver = FP_BROYDEN;
+    ob.broyden_m = 32;
+    memcpy(zp, z0, sizeof zp);
+    memcpy(zb, z0, sizeof zb);
+    TH_CHECK(solve(&m, zp, &op, &sp) == IM_OK && sp.converged, "broyden race: picard did not converge");
+    TH_CHECK(solve(&m, zb, &ob, &sb) == IM_OK && sb.converged, "broyden race: broyden did not converge");
+    double ep = exact_err(&m, zp, 0, NULL), eb = exact_err(&m, zb, 0, NULL);
+    TH_CHECK(eb < 1e-4 && 4 * sb.iters < sp.iters, "broyden affine: err %.3g, %d calls vs picard %d (err %.3g)",
+             eb, sb.iters, sp.iters, ep);
+    NOTE("broyden affine, eigenvalues in [-0.5, 0.98], tol 1e-5: picard %d calls, broyden m=32 %d (err %.2e)",
+         sp.iters, sb.iters, eb);
+    /* a short history (m = 4) still beats Picard; bounded memory is the point of the limit */
+    ob.broyden_m = 4;
+    memcpy(zb, z0, sizeof zb);
+    TH_CHECK(solve(&m, zb, &ob, &sb) == IM_OK && sb.converged && exact_err(&m, zb, 0, NULL) < 1e-4 &&
+                 2 * sb.iters < sp.iters,
+             "broyden m=4: %d calls vs picard %d", sb.iters, sp.iters);
+    NOTE("broyden m=4: %d calls", sb.iters);
+
+    /* eigenvalues up to 1.5 (and down to -1.3; none near 1): Picard diverges, Broyden solves the
+     * system */
+    for (int b = 0; b < NB; b++) {
+        for (int i = 0; i < D; i++) lam[i] = -1.3 + 2.8 * (i + 0.5) / D;
+        fill_symmetric(A + b * D * D, D, lam, r);
+    }
+    op.max_iter = 100;   /* 1.5^100 still fits a float */
+    memcpy(zp, z0, sizeof zp);
+    TH_CHECK(solve(&m, zp, &op, &sp) == IM_OK && !sp.converged, "broyden: picard should diverge here");
+    ob.broyden_m = 32;
+    ob.max_iter = 200;
+    memcpy(zb, z0, sizeof zb);
+    TH_CHECK(solve(&m, zb, &ob, &sb) == IM_OK && sb.converged, "broyden expansive: did not converge (res %g)",
+             sb.abs_res);
+    eb = exact_err(&m, zb, 0, NULL);
+    TH_CHECK(eb < 1e-4, "broyden expansive: err to exact %.3g", eb);
+    NOTE("broyden, eigenvalues in [-1.3, 1.5]: picard lowest res %.3g after 100, broyden %d calls (err %.2e)",
+         sp.abs_res, sb.iters, eb);
+
+    /* the nonlinear tanh map (‖W‖₂ = 0.95): Picard's fixed point, fewer evaluations */
+    for (int b = 0; b < NB; b++) {
+        for (int i = 0; i < D; i++) lam[i] = i % 2 ? 0.95 : -0.95 + 0.1 * i / D;
+        fill_symmetric(A + b * D * D, D, lam, r);
+    }
+    float ct[NB * D];
+    th_fill_normal(ct, NB * D, r, 0.3f);
+    Map mt = {NB, D, A, ct, 1, NULL, 0, 0, 0, 0, NULL, 0};
+    op = opts(FP_PICARD, 5000, 1e-6, FP_STOP_ABS);
+    ob = op;
+    ob.solver = FP_BROYDEN;
+    memcpy(zp, z0, sizeof zp);
+    memcpy(zb, z0, sizeof zb);
+    TH_CHECK(solve(&mt, zp, &op, &sp) == IM_OK && sp.converged && solve(&mt, zb, &ob, &sb) == IM_OK &&
+                 sb.converged, "broyden tanh: a solve did not converge");
+    double e = th_rel_err(zb, zp, NB * D);
+    TH_CHECK(e < 1e-4 && 3 * sb.iters < 2 * sp.iters, "broyden tanh: diff %.3g, %d calls vs picard %d", e, sb.iters,
+             sp.iters);
+    NOTE("broyden tanh, tol 1e-6: picard %d calls, broyden m=8 %d (rel diff %.2e)", sp.iters, sb.iters, e);
+
+    /* restart: call 4 returns f·1e6 (a residual spike); the sample restarts from its best
+     * f-output (call 5's input) with a cleared history and still reaches the fixed point */
+    float last[NB * D], best3[NB * D];
+    for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, 0.9f, r);
+    Map ms = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, last, 0};
+    ob = opts(FP_BROYDEN, 3, 0.0, FP_STOP_ABS);
+    memcpy(best3, z0, sizeof best3);
+    TH_CHECK(solve(&ms, best3, &ob, NULL) == IM_OK, "broyden restart: 3-step solve failed");
+    ob.max_iter = 5;
+    memcpy(zb, z0, sizeof zb);
+    ms.spike_at = ms.calls + 4;
+    TH_CHECK(solve(&ms, zb, &ob, NULL) == IM_OK && !memcmp(last, best3, sizeof last),
+             "broyden restart: call 5 is not at the best f-output of calls 1-3");
+    ob = opts(FP_BROYDEN, 100, 1e-5, FP_STOP_ABS);
+    memcpy(zb, z0, sizeof zb);
+    ms.spike_at = ms.calls + 4;
+    TH_CHECK(solve(&ms, zb, &ob, &sb) == IM_OK && sb.converged && exact_err(&ms, zb, 0, NULL) < 1e-4,
+             "broyden restart: no convergence after the spike (res %g)", sb.abs_res);
+
+    /* samples never interact: batch == each sample alone, bitwise */
+    ob = opts(FP_BROYDEN, 25, 0.0, FP_STOP_REL);
+    ob.broyden_m = 5;
+    memcpy(zb, z0, sizeof zb);
+    TH_CHECK(solve(&m, zb, &ob, NULL) == IM_OK, "broyden independence: solve failed");
+    for (int b = 0; b < NB; b++) {
+        Map mb = map_sample(&m, b);
+        float z1[D];
+        memcpy(z1, z0 + b * D, sizeof z1);
+        TH_CHECK(solve(&mb, z1, &ob, NULL) == IM_OK && !memcmp(z1, zb + b * D, sizeof z1),
+                 "broyden independence: sample %d differs from its solo run", b);
     }
 }
 
@@ -536,7 +651,7 @@ static void test_evalloop(Rng *r) {
     for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, 0.4f + 0.25f * b, r);
     th_fill_normal(c, NB * D, r, 1.0f);
     th_fill_normal(z0, NB * D, r, 0.5f);
-    Map m = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL, 0};
     const struct { int f_thres; double tol; float tau; double ema; int zero_start; } cs[] = {
         {50, 1e-3, 0.8f, 0.0, 1}, {50, 1e-3, 1.0f, 0.3, 1}, {50, 1e-4, 0.6f, 0.2, 0},
         {5, 0.0, 0.8f, 0.0, 0},   {2, 1e-3, 1.0f, 0.0, 1},
@@ -604,16 +719,36 @@ static void test_adjoint(Rng *r) {
     for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, 0.5f + 0.3f * b, r);
     th_fill_normal(c, NB * D, r, 1.0f);
     th_fill_normal(g, NB * D, r, 1.0f);
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
-    for (int s = 0; s < 2; s++) {
-        FpOpts o = opts(s ? FP_ANDERSON : FP_PICARD, 200, 1e-9, FP_STOP_REL);
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
+    const FpSolver adj_solvers[3] = {FP_PICARD, FP_ANDERSON, FP_BROYDEN};
+    const char *adj_names[3] = {"picard", "anderson", "broyden"};
+    for (int s = 0; s < 3; s++) {
+        FpOpts o = opts(adj_solvers[s], 200, 1e-9, FP_STOP_REL);
         FpStats st = {0};
         long v0 = m.vjp_calls;
         TH_CHECK(adjoint(&m, y, g, &o, &st) == IM_OK && m.vjp_calls - v0 == st.iters, "adjoint %d failed", s);
         double e = exact_err(&m, y, 1, g);
-        TH_CHECK(e < 1e-5, "adjoint %s: err to the exact y(I-A) = g: %.3g", s ? "anderson" : "picard", e);
+        TH_CHECK(e < 1e-5, "adjoint %s: err to the exact y(I-A) = g: %.3g", adj_names[s], e);
         NOTE("adjoint affine (%s): rel err %.2e, lowest rel res %.2e at step %.0f of %d",
-             s ? "anderson" : "picard", e, st.rel_res, st.best_step, st.iters);
+             adj_names[s], e, st.rel_res, st.best_step, st.iters);
+    }
+    /* a non-contractive Jacobian (eigenvalues up to 1.5, as a trained implicit model has): the
+     * Picard adjoint diverges, Broyden's solves y(I − A) = g */
+    {
+        double lam[D];
+        for (int b = 0; b < NB; b++) {
+            for (int i = 0; i < D; i++) lam[i] = -0.8 + 2.3 * i / (D - 1);
+            fill_symmetric(A + b * D * D, D, lam, r);
+        }
+        FpOpts o = opts(FP_PICARD, 200, 1e-7, FP_STOP_REL);
+        FpStats st = {0};
+        TH_CHECK(adjoint(&m, y, g, &o, &st) == IM_OK && !st.converged, "adjoint expansive: picard converged?");
+        o.solver = FP_BROYDEN;
+        o.broyden_m = 32;
+        TH_CHECK(adjoint(&m, y, g, &o, &st) == IM_OK && st.converged, "adjoint expansive: broyden failed");
+        double e = exact_err(&m, y, 1, g);
+        TH_CHECK(e < 1e-4, "adjoint expansive (broyden): err %.3g", e);
+        NOTE("adjoint, eigenvalues in [-0.8, 1.5]: broyden %d vjp calls, rel err %.2e", st.iters, e);
     }
 
     /* the tanh map: dL/db for L = <w, z*> */
@@ -621,7 +756,7 @@ static void test_adjoint(Rng *r) {
     for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, 0.8f, r);
     th_fill_normal(c, NB * D, r, 0.5f);
     th_fill_normal(w, NB * D, r, 1.0f);
-    Map mt = {NB, D, A, c, 1, s_, 0, 0, 0, 0, NULL};
+    Map mt = {NB, D, A, c, 1, s_, 0, 0, 0, 0, NULL, 0};
     tanh_loss(&mt, zs, w);
     map_linearise(&mt, zs);
     FpOpts o = opts(FP_PICARD, 300, 1e-10, FP_STOP_REL);
@@ -645,7 +780,7 @@ static void test_adjoint(Rng *r) {
 
     /* backprop through K unrolled steps z_{k+1} = tanh(A z_k + c) from z_0 = 0 */
     float *zk = th_alloc((size_t)(K + 1) * NB * D), gz[NB * D], gnext[NB * D];
-    Map mu = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL};
+    Map mu = {NB, D, A, c, 1, NULL, 0, 0, 0, 0, NULL, 0};
     for (int k = 0; k < K; k++) map_f(&mu, zk + (size_t)(k + 1) * NB * D, zk + (size_t)k * NB * D);
     memcpy(gz, w, sizeof gz);
     for (int k = K - 1; k >= 0; k--) {
@@ -726,7 +861,7 @@ static void test_spectral(Rng *r) {
     const float dg[NB][D] = {{0.3f, -0.85f, 0.5f, 0.1f, -0.2f, 0.6f}, {0.7f, 0.2f, -0.6f, 0.4f, 0.0f, 0.5f}};
     for (int b = 0; b < NB; b++)
         for (int i = 0; i < D; i++) A[(b * D + i) * D + i] = dg[b][i];
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     FpMap f = fpmap(&m);
     th_fill_normal(v, NB * D, r, 1.0f);
     double rho = fp_spectral_radius(&f, v, 200, scr);
@@ -734,7 +869,7 @@ static void test_spectral(Rng *r) {
     NOTE("spectral radius: diagonal %.7f (0.85)", rho);
     double lam[D] = {0.9, -0.7, 0.5, 0.3, -0.1, 0.6};
     fill_symmetric(A, D, lam, r);
-    Map m1 = {1, D, A, c, 0, NULL, 0, 0, 0, 0, NULL};
+    Map m1 = {1, D, A, c, 0, NULL, 0, 0, 0, 0, NULL, 0};
     FpMap f1 = fpmap(&m1);
     th_fill_normal(v, D, r, 1.0f);
     rho = fp_spectral_radius(&f1, v, 200, scr);
@@ -750,9 +885,9 @@ static void test_nan_and_opts(Rng *r) {
     float A[NB * D * D], c[NB * D], z[NB * D], last[NB * D], y[NB * D];
     for (int b = 0; b < NB; b++) fill_contractive(A + b * D * D, D, 0.5f, r);
     th_fill_normal(c, NB * D, r, 1.0f);
-    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, last};
-    const FpSolver solvers[3] = {FP_PICARD, FP_ANDERSON, FP_EVALLOOP};
-    for (int s = 0; s < 3; s++) {
+    Map m = {NB, D, A, c, 0, NULL, 0, 0, 0, 0, last, 0};
+    const FpSolver solvers[4] = {FP_PICARD, FP_ANDERSON, FP_EVALLOOP, FP_BROYDEN};
+    for (int s = 0; s < 4; s++) {
         FpOpts o = opts(solvers[s], 20, 1e-12, FP_STOP_ABS);
         m.nan_at = m.calls + 3;
         memset(z, 0, sizeof z);
@@ -787,6 +922,7 @@ int main(void) {
     test_picard_lowest();
     test_anderson_faster(&r);
     test_anderson_robust(&r);
+    test_broyden(&r);
     test_evalloop(&r);
     test_adjoint(&r);
     test_big_batch(&r);

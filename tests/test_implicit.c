@@ -116,14 +116,14 @@ static void gradients(const char *family) {
 
 /* IFT at a converged solve: the gradient of L(z*(θ)) by the adjoint equals finite differences
  * of the loss recomputed with a tight solve. */
-static void ift(const char *family) {
-    static const char *const kv[] = {"ift", "1", "f_max_iter", "200", "f_tol", "1e-7", "b_max_iter", "200",
-                                     "b_tol", "1e-7", NULL};
+static void ift(const char *family, const char *solver) {
+    const char *const kv[] = {"ift", "1", "f_max_iter", "200", "f_tol", "1e-7", "b_max_iter", "200",
+                              "b_tol", "1e-7", "f_solver", solver, "b_solver", solver, NULL};
     Model m;
     make(&m, family, kv);
     contract(&m);
     char what[64];
-    snprintf(what, sizeof what, "%s ift", family);
+    snprintf(what, sizeof what, "%s ift %s", family, solver);
     printf("  %-24s worst FD error %.2e\n", what, fd_check(&m, what));
     model_free(&m);
 }
@@ -157,17 +157,19 @@ static void duality(const char *family) {
     model_free(&m);
 }
 
-/* Beyond the reference: warm-started and Anderson sequential solves reach the cold-start answer. */
+/* Beyond the reference: warm-started, Anderson and Broyden sequential solves reach the cold-start
+ * answer. */
 static void seq_variants(void) {
     static const char *const kv[] = {"eval_f_max_iter", "300", "f_tol", "1e-6", NULL};
-    const char *variants[3][4] = {{"seq_warm_start", "0", "seq_solver", "loop"},
+    const char *variants[4][4] = {{"seq_warm_start", "0", "seq_solver", "loop"},
                                   {"seq_warm_start", "1", "seq_solver", "loop"},
-                                  {"seq_warm_start", "0", "seq_solver", "anderson"}};
-    float *out[3];
-    double iters[3];
+                                  {"seq_warm_start", "0", "seq_solver", "anderson"},
+                                  {"seq_warm_start", "0", "seq_solver", "broyden"}};
+    float *out[4];
+    double iters[4];
     int ids[B * T], tg[B * T], col[B];
     batch(ids, tg);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         Model m;
         make(&m, "implicit_mamba2", kv);
         contract(&m);
@@ -186,10 +188,12 @@ static void seq_variants(void) {
         model_free(&m);
     }
     double ew = th_rel_err(out[1], out[0], (size_t)B * T * V), ea = th_rel_err(out[2], out[0], (size_t)B * T * V);
-    TH_CHECK(ew < 1e-3 && ea < 1e-3, "warm start / Anderson vs cold start: %.3g / %.3g", ew, ea);
-    printf("  sequential iterations per token: cold %.1f, warm start %.1f, Anderson %.1f (rel diff %.1e, %.1e)\n",
-           iters[0], iters[1], iters[2], ew, ea);
-    for (int v = 0; v < 3; v++) free(out[v]);
+    double eb = th_rel_err(out[3], out[0], (size_t)B * T * V);
+    TH_CHECK(ew < 1e-3 && ea < 1e-3 && eb < 1e-3, "warm start / Anderson / Broyden vs cold start: %.3g / %.3g / %.3g",
+             ew, ea, eb);
+    printf("  sequential iterations per token: cold %.1f, warm start %.1f, Anderson %.1f, Broyden %.1f"
+           " (rel diff %.1e, %.1e, %.1e)\n", iters[0], iters[1], iters[2], iters[3], ew, ea, eb);
+    for (int v = 0; v < 4; v++) free(out[v]);
 }
 
 static void weight_norm_and_memory(void) {
@@ -458,8 +462,9 @@ int main(void) {
     weight_norm_and_memory();
     gradients("implicit_mamba2");
     gradients("implicit_llama");
-    ift("implicit_mamba2");
-    ift("implicit_llama");
+    ift("implicit_mamba2", "fixed_point_iter");
+    ift("implicit_llama", "fixed_point_iter");
+    ift("implicit_mamba2", "broyden");
     duality("implicit_mamba2");
     duality("implicit_llama");
     seq_variants();

@@ -244,6 +244,13 @@ static void test_derived(void) {
     EQ_S(c.t.group, "S3");
     EQ_F(c.r.lr, 0.01);
 
+    /* torchdeq's broyden is a solver here too */
+    defaults(&c);
+    const char *br = "{\"deq_params\": {\"solver\": {\"f_solver\": \"broyden\", \"b_solver\": \"broyden\"}}}";
+    TH_CHECK(load_text(&c, br, "br.json") == IM_OK, "broyden solvers: %s", err_msg());
+    EQ_S(c.m.f_solver, "broyden");
+    EQ_S(c.m.b_solver, "broyden");
+
     defaults(&c);
     const char *b = "{\"backbone_config\": {\"do_weight_norm\": false, \"initializer_cfg\": {\"rescale_prenorm_residual\": false}},"
                     " \"deq_params\": {\"norm\": {\"norm_clip\": true, \"norm_clip_val\": 5.0}}, \"pad_vocab\": true,"
@@ -322,8 +329,8 @@ static void test_rejections(void) {
         {AT_BB, "\"block_type\": \"rwkv\", ", "'backbone_config.block_type'", NULL},
         {AT_TOP, "\"backbone_type\": \"hybrid\", ", "'backbone_type'", NULL},
         {AT_TOP, "\"d_embed\": 32, ", "'d_embed'", "embedding projection"},
-        {AT_SOLVER, "\"f_solver\": \"broyden\", ", "'deq_params.solver.f_solver'", NULL},
-        {AT_SOLVER, "\"b_solver\": \"broyden\", ", "'deq_params.solver.b_solver'", NULL},
+        {AT_SOLVER, "\"f_solver\": \"simple_fixed_point_iter\", ", "'deq_params.solver.f_solver'", NULL},
+        {AT_SOLVER, "\"b_solver\": \"newton\", ", "'deq_params.solver.b_solver'", NULL},
         {AT_SOLVER, "\"f_stop_mode\": \"max\", ", "'deq_params.solver.f_stop_mode'", NULL},
         {AT_REG, "\"jac_loss_weight\": 1.0, \"jac_loss_freq\": 1.5, ", "'deq_params.regularization.jac_loss_weight'", "jac_loss_freq"},
         /* cross-key */

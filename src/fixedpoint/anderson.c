@@ -9,7 +9,7 @@
  * (its bmm / linalg.solve are batched), so we do too: samples never interact, and a batch gives
  * each sample exactly the iterates it would get alone. Stopping and the lowest-residual return
  * are Picard's (fp_track_*): every evaluation's f-output is a candidate.
- * Out of scope: Broyden; the λ scaling (absolute, as in torchdeq; see fp.h).
+ * Out of scope: the λ scaling (absolute, as in torchdeq; see fp.h). Broyden is in broyden.c.
  */
 #include <math.h>
 #include <string.h>
@@ -110,14 +110,10 @@ int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *s
         int s = k % mm;
         float *xs = X + (size_t)s * n, *fs = F + (size_t)s * n;
         m->f(m->ctx, fs, xs);
-        double worst = fp_track_update(&t, z, fs, xs, k + 1);
-        if (isnan(worst)) {
-            memcpy(z, xs, n * sizeof(float));
-            fp_track_stats(&t, st, k + 1, 0);
-            return fp_nonfinite(k + 1);
-        }
+        int done = fp_track_eval(&t, z, fs, xs, k + 1, o->tol, st);
+        if (done < 0) return IM_ENUM;
         iters = k + 1;
-        if (worst < o->tol) {
+        if (done) {
             converged = 1;
             break;
         }

@@ -1,13 +1,14 @@
 /* fp.c: the fixed-point seam (fp.h, STYLE §8.4): Picard (torchdeq fixed_point_iter, spec
  * implicit-lm §3.1), the reference's evaluation loop (§3.2), the IFT adjoint solve (§5.4) and the
- * power-iteration spectral radius (§5.5). Anderson acceleration is in anderson.c.
+ * power-iteration spectral radius (§5.5). Anderson acceleration is in anderson.c, Broyden in
+ * broyden.c.
  *
  * The solvers see a map only through FpMap: n floats split into nb equal samples. All iterate
  * arithmetic is float; every norm is accumulated in double. A solve allocates nothing: its buffers
  * are carved from the caller's scratch (fp_scratch_floats). Per-sample work is one thread per
  * sample, so results are bit-identical at any thread count.
  * Out of scope: gradients through the iterations (phantom / unrolled steps are the model's own
- * cached forwards), Broyden.
+ * cached forwards).
  */
 #include "fp.h"
 
@@ -29,6 +30,7 @@ void fp_opts_default(FpOpts *o) {
     o->anderson_lambda = 1e-4;
     o->anderson_beta = 1.0;
     o->ema_alpha = 0.0;
+    o->broyden_m = 8;
 }
 
 size_t fp_track_floats(int nb) { return 6 * (size_t)nb + 2; }
@@ -41,6 +43,10 @@ size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb) {
         CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
               "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
         return 2 * (size_t)o->anderson_m * n + fp_track_floats(nb);
+    case FP_BROYDEN:
+        CHECK(o->broyden_m >= 1 && o->broyden_m <= FP_BROYDEN_MAX_M,
+              "broyden_m=%d outside [1, %d]", o->broyden_m, FP_BROYDEN_MAX_M);
+        return (2 * (size_t)o->broyden_m + 5) * n + fp_track_floats(nb);
     case FP_EVALLOOP: return o->ema_alpha > 0 ? 2 * n : n;
     }
     CHECK(0, "fp_scratch_floats: unknown solver %d", (int)o->solver);
@@ -115,6 +121,18 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
     return bad ? NAN : worst;
 }
 
+int fp_track_eval(FpTrack *t, float *z, const float *fx, const float *x, int step, double tol, FpStats *st) {
+    double worst = fp_track_update(t, z, fx, x, step);
+    if (isnan(worst)) {
+        /* z may hold a mix of this step's samples: hand back x, the last finite input */
+        memcpy(z, x, (size_t)t->nb * t->d * sizeof(float));
+        fp_track_stats(t, st, step, 0);
+        fp_nonfinite(step);
+        return -1;
+    }
+    return worst < tol;   /* every sample below tol (torchdeq: trace[-1].max() < tol) */
+}
+
 void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
     if (!st) return;
     const double *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
@@ -151,15 +169,10 @@ static int picard(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float 
             /* fx = tau * func(x) + (1 - tau) * x */
             for (size_t i = 0; i < n; i++) fx[i] = o->tau * fx[i] + (1.0f - o->tau) * x[i];
         }
-        double worst = fp_track_update(&t, z, fx, x, k);
-        if (isnan(worst)) {
-            /* best may hold a mix of this step's samples: hand back x, the last finite input */
-            memcpy(z, x, n * sizeof(float));
-            fp_track_stats(&t, st, k, 0);
-            return fp_nonfinite(k);
-        }
+        int done = fp_track_eval(&t, z, fx, x, k, o->tol, st);
+        if (done < 0) return IM_ENUM;
         iters = k;
-        if (worst < o->tol) {   /* every sample below tol (torchdeq: trace[-1].max() < tol) */
+        if (done) {
             converged = 1;
             break;
         }
@@ -273,6 +286,9 @@ static int check_opts(const FpOpts *o) {
     if (o->solver == FP_ANDERSON)
         CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
               "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
+    if (o->solver == FP_BROYDEN)
+        CHECK(o->broyden_m >= 1 && o->broyden_m <= FP_BROYDEN_MAX_M,
+              "broyden_m=%d outside [1, %d]", o->broyden_m, FP_BROYDEN_MAX_M);
     if (o->solver == FP_EVALLOOP && o->max_iter < 2)
         return err_set(IM_EINVAL, "evaluation loop needs max_iter >= 2 (got %d)", o->max_iter);
     if (o->max_iter < 1) return err_set(IM_EINVAL, "fixed-point solve: max_iter %d < 1", o->max_iter);
@@ -296,6 +312,7 @@ int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scra
     switch (o->solver) {
     case FP_PICARD: return picard(m, z, o, st, scratch);
     case FP_ANDERSON: return fp_anderson(m, z, o, st, scratch);
+    case FP_BROYDEN: return fp_broyden(m, z, o, st, scratch);
     case FP_EVALLOOP: return evalloop(m, z, o, st, scratch);
     }
     return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);

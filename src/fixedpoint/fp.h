@@ -24,6 +24,14 @@
  *               for tiny loss gradients in fp_adjoint (tests/test_fp.c uses 1e-12).
  *               Unlike torchdeq, the first two (plain) evaluations also count as candidates for
  *               the lowest residual, and steps are numbered by f evaluation (1 … iters).
+ *   FP_BROYDEN  Broyden's good method on g(x) = f(x) − x with a low-rank inverse-Jacobian estimate
+ *               (torchdeq broyden_solver, no line search), per sample like Anderson, the last
+ *               broyden_m updates kept; a sample whose residual grows 100× over its lowest, or whose
+ *               step is not finite, restarts from its best f-output with a cleared history.
+ *               Same stopping and lowest-residual return as Picard (returns an f-output, where
+ *               torchdeq returns the iterate). `tau` is not used. Solves affine maps whose
+ *               Jacobian has eigenvalues above 1 (where Picard diverges): the IFT adjoint of a
+ *               non-contractive model is such a map. See broyden.c.
  *   FP_EVALLOOP the reference's evaluation loop (spec §3.2): z ← (1−τ)z + τ f(z) for at most
  *               max_iter−1 calls, one global Frobenius ratio ‖f(z)−z‖/(1e-6+‖z‖) with the OLD
  *               iterate in the denominator, optional EMA (ema_alpha) of the f-outputs; returns the
@@ -52,11 +60,13 @@ typedef struct {
     void (*vjp_z)(void *ctx, float *dz, const float *g);
 } FpMap;
 
-typedef enum { FP_PICARD = 0, FP_ANDERSON = 1, FP_EVALLOOP = 2 } FpSolver;
+typedef enum { FP_PICARD = 0, FP_ANDERSON = 1, FP_EVALLOOP = 2, FP_BROYDEN = 3 } FpSolver;
 typedef enum { FP_STOP_ABS = 0, FP_STOP_REL = 1 } FpStop;
 
 /* Largest Anderson history: the per-sample (m+1)×(m+1) system lives on the stack. */
 #define FP_ANDERSON_MAX_M 16
+/* Largest Broyden history (the per-sample coefficients live on the stack). */
+#define FP_BROYDEN_MAX_M 64
 
 typedef struct {
     FpSolver solver;
@@ -68,6 +78,7 @@ typedef struct {
     double anderson_lambda; /* Tikhonov regularisation (1e-4) */
     double anderson_beta;   /* mixing (1.0) */
     double ema_alpha;    /* FP_EVALLOOP only: 0 = off */
+    int broyden_m;       /* FP_BROYDEN: rank-one updates kept (8), 1 … FP_BROYDEN_MAX_M */
 } FpOpts;
 
 /* Per-solve statistics. Per-sample arrays are owned by the caller (may be NULL).
@@ -86,10 +97,11 @@ typedef struct {
     int *sample_step;    /* (nb) step of that residual | NULL */
 } FpStats;
 
-void fp_opts_default(FpOpts *o);   /* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4 */
+void fp_opts_default(FpOpts *o);   /* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4, broyden_m 8 */
 
 /* Floats of scratch fp_solve / fp_adjoint need for a map of n floats and nb samples:
- * PICARD 2n + 6nb + 2, ANDERSON 2·m·n + 6nb + 2, EVALLOOP n (2n with EMA). Never depends on
+ * PICARD 2n + 6nb + 2, ANDERSON 2·m·n + 6nb + 2, BROYDEN (2·broyden_m + 5)·n + 6nb + 2,
+ * EVALLOOP n (2n with EMA). Never depends on
  * max_iter. Give malloc'd or arena memory: the solvers keep a few doubles in it. */
 size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb);
 
@@ -102,7 +114,7 @@ int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scra
 /* Implicit-function-theorem backward: solve y = g + y·J (J = ∂f/∂z at the linearisation point)
  * with the given solver options (torchdeq b_* options: start from 0, lowest-residual return),
  * i.e. fp_solve on the map h(y) = g + vjp_z(y). y:(n) written, g:(n). Requires m->vjp_z and
- * PICARD or ANDERSON (EVALLOOP gives IM_EINVAL). Same scratch and status codes as fp_solve.
+ * PICARD, ANDERSON or BROYDEN (EVALLOOP gives IM_EINVAL). Same scratch and status codes as fp_solve.
  * Anderson here meets loss gradients, which are often tiny: see the note on lambda above. */
 int fp_adjoint(const FpMap *m, float *y, const float *g, const FpOpts *o, FpStats *st, float *scratch);
 

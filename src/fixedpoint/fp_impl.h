@@ -36,6 +36,10 @@ void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem);
  * copy fx_b into best_b. Returns max_b of the stop-mode residual, or NAN if any residual is not
  * finite (best is then partly updated, and the caller discards it). best, fx, x: (n). */
 double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step);
+/* One evaluation of a solver: fp_track_update, then the stop rule. Returns 1 when every sample is
+ * below tol, 0 to go on, or -1 when f produced NaN/inf: z (the caller's best buffer) then holds x,
+ * the input of the failing call, st is filled and the error is set (IM_ENUM). */
+int fp_track_eval(FpTrack *t, float *z, const float *fx, const float *x, int step, double tol, FpStats *st);
 /* Fill st (may be NULL) from the tracker. */
 void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged);
 
@@ -45,5 +49,7 @@ int fp_nonfinite(int iter);
 /* The Anderson solver (anderson.c): same contract as fp_solve for o->solver == FP_ANDERSON,
  * options already validated. */
 int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+/* The Broyden solver (broyden.c), same contract for o->solver == FP_BROYDEN. */
+int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
 
 #endif

@@ -165,11 +165,11 @@ static const RefKey KEYS[] = {
     {SEC_BLOCK, "rope_theta", RT_NUM, 0, RC_COPY, "rope_theta", "500000.0", CK_ANY, NULL, NULL},
     {SEC_BLOCK, "apply_rotary", RT_BOOL, 0, RC_INERT, NULL, NULL, CK_EQ, "true", NOT_IMPL("attention without RoPE")},
     /* deq_params.solver (defaults: torchdeq's) */
-    {SEC_SOLVER, "f_solver", RT_STR, 0, RC_COPY, "f_solver", "fixed_point_iter", CK_ONEOF, "fixed_point_iter|anderson", "; broyden and simple_fixed_point_iter are not implemented"},
+    {SEC_SOLVER, "f_solver", RT_STR, 0, RC_COPY, "f_solver", "fixed_point_iter", CK_ONEOF, "fixed_point_iter|anderson|broyden", "; simple_fixed_point_iter is not implemented"},
     {SEC_SOLVER, "f_max_iter", RT_INT, 0, RC_COPY, "f_max_iter", "40", CK_ANY, NULL, NULL},
     {SEC_SOLVER, "f_tol", RT_NUM, 0, RC_COPY, "f_tol", "1e-3", CK_ANY, NULL, NULL},
     {SEC_SOLVER, "f_stop_mode", RT_STR, 0, RC_COPY, "f_stop_mode", "abs", CK_ONEOF, "rel|abs", ""},
-    {SEC_SOLVER, "b_solver", RT_STR, 0, RC_COPY, "b_solver", "fixed_point_iter", CK_ONEOF, "fixed_point_iter|anderson", "; broyden and simple_fixed_point_iter are not implemented"},
+    {SEC_SOLVER, "b_solver", RT_STR, 0, RC_COPY, "b_solver", "fixed_point_iter", CK_ONEOF, "fixed_point_iter|anderson|broyden", "; simple_fixed_point_iter is not implemented"},
     {SEC_SOLVER, "b_max_iter", RT_INT, 0, RC_COPY, "b_max_iter", "40", CK_ANY, NULL, NULL},
     {SEC_SOLVER, "b_tol", RT_NUM, 0, RC_COPY, "b_tol", "1e-6", CK_ANY, NULL, NULL},
     {SEC_SOLVER, "b_stop_mode", RT_STR, 0, RC_COPY, "b_stop_mode", "abs", CK_ONEOF, "rel|abs", ""},

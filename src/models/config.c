@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../fixedpoint/fp.h"
 #include "../io/keyjson.h"
 
 #define KEY_STRUCT ModelCfg
@@ -27,13 +28,15 @@ int cfg_set(ModelCfg *c, const char *key, const char *value) {
 
 #define BAD(...) return err_set(IM_EINVAL, __VA_ARGS__)
 
-static int is_solver(const char *s) { return !strcmp(s, "fixed_point_iter") || !strcmp(s, "anderson"); }
+static int is_solver(const char *s) {
+    return !strcmp(s, "fixed_point_iter") || !strcmp(s, "anderson") || !strcmp(s, "broyden");
+}
 static int is_stop(const char *s) { return !strcmp(s, "rel") || !strcmp(s, "abs"); }
 
 static int deq_validate(const ModelCfg *c) {
     if (!(c->tau > 0 && c->tau <= 1)) BAD("config key 'tau': %g must be in (0, 1]", c->tau);
-    if (!is_solver(c->f_solver)) BAD("config key 'f_solver': unknown '%s' (fixed_point_iter | anderson)", c->f_solver);
-    if (!is_solver(c->b_solver)) BAD("config key 'b_solver': unknown '%s' (fixed_point_iter | anderson)", c->b_solver);
+    if (!is_solver(c->f_solver)) BAD("config key 'f_solver': unknown '%s' (fixed_point_iter | anderson | broyden)", c->f_solver);
+    if (!is_solver(c->b_solver)) BAD("config key 'b_solver': unknown '%s' (fixed_point_iter | anderson | broyden)", c->b_solver);
     if (!is_stop(c->f_stop_mode)) BAD("config key 'f_stop_mode': unknown '%s' (rel | abs)", c->f_stop_mode);
     if (!is_stop(c->b_stop_mode)) BAD("config key 'b_stop_mode': unknown '%s' (rel | abs)", c->b_stop_mode);
     if (c->f_max_iter < 0 || c->f_max_iter > 100000) BAD("config key 'f_max_iter': %d out of range 0..100000", c->f_max_iter);
@@ -56,11 +59,13 @@ static int deq_validate(const ModelCfg *c) {
         BAD("config key 'noise_mode': unknown '%s' (multiplicative | additive)", c->noise_mode);
     if ((c->latent_noise_db > 0 || c->state_noise_db > 0) && strcmp(c->model, "implicit_mamba2"))
         BAD("config keys 'latent_noise_db', 'state_noise_db': noise injection applies to implicit_mamba2 (spec 7)");
-    if (strcmp(c->seq_solver, "loop") && strcmp(c->seq_solver, "anderson"))
-        BAD("config key 'seq_solver': unknown '%s' (loop | anderson)", c->seq_solver);
+    if (strcmp(c->seq_solver, "loop") && strcmp(c->seq_solver, "anderson") && strcmp(c->seq_solver, "broyden"))
+        BAD("config key 'seq_solver': unknown '%s' (loop | anderson | broyden)", c->seq_solver);
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
     if (c->anderson_m < 1 || c->anderson_m > 16) BAD("config key 'anderson_m': %d out of range 1..16", c->anderson_m);
     if (!(c->anderson_lambda >= 0)) BAD("config key 'anderson_lambda' must be >= 0");
+    if (c->broyden_m < 1 || c->broyden_m > FP_BROYDEN_MAX_M)
+        BAD("config key 'broyden_m': %d out of range 1..%d", c->broyden_m, FP_BROYDEN_MAX_M);
     if (!(c->jac_weight >= 0)) BAD("config key 'jac_weight' must be >= 0");
     if (!(c->jac_freq >= 0 && c->jac_freq <= 1)) BAD("config key 'jac_freq' must be in [0, 1]");
     return IM_OK;

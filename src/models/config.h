@@ -72,13 +72,13 @@
 /* Implicit models (spec implicit-lm §2-§6, names of the reference's deq_params where they exist). */
 #define DEQ_CFG_KEYS(X)                                                                            \
     X(FLOAT, tau, 0.8, "relaxation z <- (1-tau) z + tau f(z) of phantom steps and eval loop")     \
-    X(STR, f_solver, "fixed_point_iter", "training forward solver: fixed_point_iter | anderson")   \
+    X(STR, f_solver, "fixed_point_iter", "training forward solver: fixed_point_iter | anderson | broyden")   \
     X(INT, f_max_iter, 32, "training solve: max f evaluations (eval: x eval_factor)")             \
     X(FLOAT, f_tol, 0.05, "solve / eval-loop tolerance")                                           \
     X(STR, f_stop_mode, "rel", "training solve residual: rel | abs")                               \
     X(INT, grad, 4, "phantom-gradient steps k (1 with tau 1 = JFB)")                               \
     X(INT, ift, 0, "1 = implicit differentiation (adjoint solve) instead of phantom steps")       \
-    X(STR, b_solver, "fixed_point_iter", "adjoint solver: fixed_point_iter | anderson")            \
+    X(STR, b_solver, "fixed_point_iter", "adjoint solver: fixed_point_iter | anderson | broyden")            \
     X(INT, b_max_iter, 32, "adjoint solve: max iterations")                                        \
     X(FLOAT, b_tol, 1e-3, "adjoint solve tolerance")                                               \
     X(STR, b_stop_mode, "rel", "adjoint residual: rel | abs")                                      \
@@ -100,9 +100,10 @@
     X(STR, noise_mode, "multiplicative", "noise: multiplicative x(1+n) | additive x+n")              \
     X(INT, noise_seed, 0, "seed of the noise stream")                                              \
     X(INT, seq_warm_start, 0, "sequential mode: start each token's solve from the previous token's z*") \
-    X(STR, seq_solver, "loop", "sequential mode solver: loop (the reference's damped loop) | anderson") \
+    X(STR, seq_solver, "loop", "sequential mode solver: loop (the reference's damped loop) | anderson | broyden") \
     X(INT, anderson_m, 6, "Anderson history size")                                                 \
     X(FLOAT, anderson_lambda, 1e-4, "Anderson Tikhonov regularisation")                            \
+    X(INT, broyden_m, 8, "Broyden: rank-one updates kept (memory (2m+5) x the solve's size)")      \
     X(FLOAT, jac_weight, 0.0, "Jacobian regularisation: loss += w ||eps^T df/dz||^2 / numel at z* (0 = off)") \
     X(FLOAT, jac_freq, 1.0, "Jacobian regularisation: probability that a training step computes it")
 

@@ -249,12 +249,20 @@ static size_t mask_floats(const BlockCfg *bc, int B) {
     return n;
 }
 
+/* The config's solver names (validated in config.c): fixed_point_iter | anderson | broyden. */
+static FpSolver solver_of(const char *name) {
+    if (!strcmp(name, "anderson")) return FP_ANDERSON;
+    if (!strcmp(name, "broyden")) return FP_BROYDEN;
+    return FP_PICARD;
+}
+
 static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
     fp_opts_default(o);
     o->anderson_m = c->anderson_m;
     o->anderson_lambda = c->anderson_lambda;
+    o->broyden_m = c->broyden_m;
     if (which == 0) {          /* training forward: torchdeq semantics, undamped (§12-B7) */
-        o->solver = !strcmp(c->f_solver, "anderson") ? FP_ANDERSON : FP_PICARD;
+        o->solver = solver_of(c->f_solver);
         o->max_iter = c->f_max_iter;
         o->tol = c->f_tol;
         o->stop = !strcmp(c->f_stop_mode, "abs") ? FP_STOP_ABS : FP_STOP_REL;
@@ -265,14 +273,14 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
         o->tol = c->f_tol;
         o->tau = (float)c->tau;
         o->ema_alpha = c->ema_alpha;
-    } else if (which == 3) {   /* sequential mode, Anderson (beyond the reference) */
-        o->solver = FP_ANDERSON;
+    } else if (which == 3) {   /* sequential mode, Anderson or Broyden (beyond the reference) */
+        o->solver = !strcmp(c->seq_solver, "broyden") ? FP_BROYDEN : FP_ANDERSON;
         o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
         o->tol = c->f_tol;
         o->stop = FP_STOP_REL;
         o->tau = 1.0f;
     } else {                   /* adjoint (§5.4) */
-        o->solver = !strcmp(c->b_solver, "anderson") ? FP_ANDERSON : FP_PICARD;
+        o->solver = solver_of(c->b_solver);
         o->max_iter = c->b_max_iter;
         o->tol = c->b_tol;
         o->stop = !strcmp(c->b_stop_mode, "abs") ? FP_STOP_ABS : FP_STOP_REL;
@@ -706,8 +714,8 @@ static int step(Model *m, const int *ids, float *logits) {
     FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
     FpOpts o;
     FpStats st = {0};
-    int anderson = !strcmp(m->cfg.seq_solver, "anderson");
-    solver_opts(&m->cfg, anderson ? 3 : 1, &o);
+    int loop = !strcmp(m->cfg.seq_solver, "loop");
+    solver_opts(&m->cfg, loop ? 1 : 3, &o);
     /* z0 = 0 (the reference), or the previous token's fixed point (seq_warm_start) */
     if (!m->cfg.seq_warm_start) memset(im->zt, 0, (size_t)B * D * sizeof(float));
     int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
