@@ -1,12 +1,21 @@
 /* bench_lm.c: language-model throughput at the tinyshakespeare sizes of the README (byte vocabulary
- * 256, 4 layers, d_model 128, context 64, batch 12): one training step (forward, backward, AdamW)
- * and batch-1 generation (token by token through model_step, the path of `implicit generate`), for
- * each family. C only: bench/torch_bench.py has no language-model cases.
+ * 256, 4 layers, d_model 128, context 64, batch 12): one training step (forward, backward, AdamW with
+ * clipping 1) and batch-1 generation (256 greedy tokens through model_step, the path of `implicit
+ * generate`), for each family. bench/torch_bench.py has the same cases (lm_*_train, lm_*_gen) for
+ * lm_llama, lm_mamba2 and lm_imp_mamba2; lm_fp_mamba is C only.
  *   lm_llama       explicit Llama (4 heads, d_inner 512)
  *   lm_mamba2      explicit Mamba2 (N 16, P 32, gated MLP 512)
- *   lm_imp_mamba2  implicit Mamba2, the free phase of the README run ("8+2"; evaluation cap 16)
+ *   lm_imp_mamba2  implicit Mamba2, the free phase of the README run ("8+2"; evaluation cap 16) with
+ *                  f_tol 0, so no loop stops early and both sides do the same f calls: training 8
+ *                  no-grad + 2 relaxed (tau 0.8), generation 15 loop calls + 1 committing call per
+ *                  token (gen_iters = 15); the README run's f_tol 0.05 stops after ~10 when untrained
  *   lm_fp_mamba    FP-Mamba-H r 1 (short conv, gate in the loop, ℓ_max 16, evaluation cap 100)
- * Output: `implicit <case> train_tok_s=... gen_tok_s=... gen_iters=...` (medians after one warm-up).
+ * Output: two lines per case, in the `implicit NAME metric=value ...` form bench/run.sh pairs with
+ * the torch side by NAME and its first metric:
+ *   implicit <case>_train train_tok_s=... ms=... iters=... params=...
+ *   implicit <case>_gen gen_tok_s=... gen_ms_tok=... gen_iters=... params=...
+ * (medians after one warm-up; train iters / gen_iters: solver f evaluations per step / token, 0 for
+ * explicit models). --cases takes the case names (both lines) or the line names.
  * Usage: bench_lm [--quick] [--cases a,b]
  */
 #include <stdio.h>
@@ -29,14 +38,16 @@ static const Case CASES[] = {
     {"lm_llama", {"model", "llama", "n_head", "4", "d_inner", "512", NULL}},
     {"lm_mamba2", {"model", "mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", NULL}},
     {"lm_imp_mamba2", {"model", "implicit_mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", "f_max_iter",
-                       "8", "grad", "2", "eval_f_max_iter", "16", NULL}},
+                       "8", "grad", "2", "eval_f_max_iter", "16", "f_tol", "0", NULL}},
     {"lm_fp_mamba", {"model", "fp_mamba", "short_conv", "1", "glu_in_loop", "1", "bc_norm", "0", "mixer_type",
                      "householder", "fp_max_iter", "16", "fp_eval_cap", "100", NULL}},
 };
 
 enum { B = 12, T = 64, V = 256, GEN = 256 };
 
-static void run(const Case *c, int repeats) {
+/* One case: `repeats` timed (training step, generation) pairs after one warm-up pair; prints the
+ * lines asked for (train, gen). */
+static void run(const Case *c, int repeats, int train, int gen) {
     ModelCfg mc;
     cfg_defaults(&mc);
     const char *base[] = {"vocab_size", "256", "n_layer", "4", "d_model", "128", NULL};
@@ -55,13 +66,14 @@ static void run(const Case *c, int repeats) {
     /* printable bytes, as in text */
     for (int i = 0; i < B * T; i++) ids[i] = 32 + (int)rng_below(&r, 95), tg[i] = 32 + (int)rng_below(&r, 95);
     double *ts = malloc(sizeof(double) * (size_t)repeats), *gs = malloc(sizeof(double) * (size_t)repeats);
-    double iters = 0;
+    double iters = 0, titers = 0;
     float *logits = malloc(sizeof(float) * (size_t)m.V);
     for (int i = 0; i < 1 + repeats; i++) {
         m.training = 1;
         double t0 = timer_now();
         float loss;
         CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
+        double ti = m.fp_iters;
         model_zero_grad(&m);
         model_bwd(&m);
         adamw_step(&opt, &m, 1e-4f);
@@ -79,17 +91,30 @@ static void run(const Case *c, int repeats) {
             tok = best;
         }
         double g1 = timer_now();
-        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / GEN;
+        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / GEN, titers += ti;
     }
     double s = median(ts, repeats), g = median(gs, repeats);
-    printf("implicit %s train_tok_s=%.1f gen_tok_s=%.1f gen_iters=%.2f train_ms=%.1f B=%d T=%d params=%zu "
-           "repeats=%d threads=%d blas=%s\n",
-           c->name, B * T / s, GEN / g, iters / repeats, s * 1e3, B, T, ptab_count(&m.tab), repeats, k_get_threads(),
-           k_blas_name());
+    char tail[160];
+    snprintf(tail, sizeof tail, "params=%zu repeats=%d threads=%d blas=%s", ptab_count(&m.tab), repeats,
+             k_get_threads(), k_blas_name());
+    if (train)
+        printf("implicit %s_train train_tok_s=%.1f ms=%.1f iters=%.2f B=%d T=%d %s\n", c->name, B * T / s, s * 1e3,
+               titers / repeats, B, T, tail);
+    if (gen)
+        printf("implicit %s_gen gen_tok_s=%.1f gen_ms_tok=%.4f gen_iters=%.2f tokens=%d B=1 %s\n", c->name, GEN / g,
+               g * 1e3 / GEN, iters / repeats, GEN, tail);
     fflush(stdout);
     free(ts); free(gs); free(ids); free(tg); free(logits);
     adamw_free(&opt);
     model_free(&m);
+}
+
+/* Is `name` in the comma-separated list? */
+static int listed(const char *list, const char *name) {
+    char want[80], all[1024];
+    snprintf(want, sizeof want, ",%s,", name);
+    snprintf(all, sizeof all, ",%s,", list);
+    return strstr(all, want) != NULL;
 }
 
 int main(int argc, char **argv) {
@@ -101,10 +126,11 @@ int main(int argc, char **argv) {
         else if (!strncmp(argv[i], "--", 2) && i + 1 < argc && argv[i + 1][0] != '-') i++; /* another bench's option */
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
-        char want[64], list[512];
-        snprintf(want, sizeof want, ",%s,", CASES[i].name);
-        snprintf(list, sizeof list, ",%s,", cases);
-        if (strstr(list, want)) run(&CASES[i], quick ? 2 : 3);
+        char tr[64], ge[64];
+        snprintf(tr, sizeof tr, "%s_train", CASES[i].name);
+        snprintf(ge, sizeof ge, "%s_gen", CASES[i].name);
+        int all = listed(cases, CASES[i].name), train = all || listed(cases, tr), gen = all || listed(cases, ge);
+        if (train || gen) run(&CASES[i], quick ? 2 : 3, train, gen);
     }
     return 0;
 }

@@ -27,12 +27,12 @@ if [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 
             if (!(name in seen)) { seen[name] = 1; order[n++] = name }
         }
         END {
-            printf "| %-16s | %-12s | %14s | %14s | %7s |\n", "case", "metric", "implicit", "pytorch", "ratio"
-            printf "|------------------|--------------|----------------|----------------|---------|\n"
+            printf "| %-19s | %-12s | %14s | %14s | %7s |\n", "case", "metric", "implicit", "pytorch", "ratio"
+            printf "|---------------------|--------------|----------------|----------------|---------|\n"
             for (i = 0; i < n; i++) {
                 c = order[i]
                 if (((("implicit", c) in val)) && ((("torch", c) in val)))
-                    printf "| %-16s | %-12s | %14.1f | %14.1f | %6.2fx |\n", c, unit[c], val["implicit", c], val["torch", c], val["implicit", c] / val["torch", c]
+                    printf "| %-19s | %-12s | %14.1f | %14.1f | %6.2fx |\n", c, unit[c], val["implicit", c], val["torch", c], val["implicit", c] / val["torch", c]
             }
         }' "$out"
 fi

@@ -21,7 +21,11 @@ recomputed once per step, injection u = Linear(RMSNorm(emb)) + bias added to in_
   imp_gen_b*   greedy generation of 256 tokens, per token 7 loop calls of the Mamba2 step form with
                conv/ssm caches read-only + 1 committing call                          -> gen_tok_s (all
                sequences' tokens per second) and gen_ms_tok
-Out of scope: GPUs, bf16, Anderson/IFT training, implicit Llama.
+Language models at the tinyshakespeare sizes (lm_llama, lm_mamba2, lm_imp_mamba2; bench/bench_lm.c has
+the same cases and semantics, described at run_lm_cases' section): 4 layers, D 128, byte vocabulary,
+training step at B 12 x T 64 (lm_*_train -> train_tok_s) and batch-1 greedy generation of 256 tokens
+with a recurrent step (KV cache / conv + SSM state; lm_*_gen -> gen_tok_s).
+Out of scope: GPUs, bf16, Anderson/IFT training, implicit Llama, FP-Mamba LM.
 
 Run with Debian's torch: /usr/bin/python3 bench/torch_bench.py [--threads N] [--quick]
 BLAS: Debian's python3-torch is built with BLAS_INFO=generic, i.e. it calls whatever libblas.so.3 the
@@ -61,9 +65,11 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch.set_num_threads and OpenBLAS/OpenMP pool size (default: all cores)")
-    ap.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed repeats (default 1 + 5; imp_*_large: 1 + 3)")
-    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large," + ",".join(IMP_CASES),
-                    help="comma-separated subset")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 warm-up + 2 timed repeats (default 1 + 5; imp_*_large, lm_*: 1 + 3)")
+    ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large," + ",".join(IMP_CASES)
+                    + ",lm_llama,lm_mamba2,lm_imp_mamba2",
+                    help="comma-separated subset (lm_X: both lm_X_train and lm_X_gen)")
     return ap.parse_args(argv)
 
 
@@ -521,6 +527,359 @@ def run_implicit(name, quick, tail):
     print(f"torch {name} {head} B={Bsz} T={T} D={D} params={nparams} repeats={repeats} {tail}", flush=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# Language models at the tinyshakespeare sizes (bench/bench_lm.c has the same cases): byte
+# vocabulary 256, 4 pre-norm blocks, D 128, tied embedding / head, B 12 x T 64 for training,
+# batch 1 and 256 greedy tokens (first input 'T') for generation.
+#   lm_llama       blocks of llama_block (RMSNorm, RoPE attention, 4 heads; RMSNorm, SwiGLU h 341)
+#   lm_mamba2      blocks x + mamba2_mixer(RMSNorm(x)) (N 16, P 32, E 256, chunked SSD), then
+#                  x + gated MLP (RMSNorm2, fc1 -> [value | gate], value * silu(gate), fc2; h 512)
+#   lm_imp_mamba2  the same 4 blocks as f(z, u) = norm_f(Block_4(... Block_1(z, u) ..., u)), u =
+#                  Linear(RMSNorm(emb)) + bias added to every layer's in_proj output, weight norm on
+#                  every Linear / Conv1d weight (in_proj, conv, out_proj, fc1, fc2, injection)
+# <case>_train: forward, CE, backward, clip_grad_norm_ 1, AdamW (lr 1e-4, betas (0.9, 0.95), decay 0.1
+#   on >= 2-d tensors except the embedding; weight-norm g are (rows, 1): they decay, as in C).
+#   Implicit: "8+2", 8 undamped no-grad f calls (torchdeq fixed_point_iter, tolerance 0) and 2 relaxed
+#   calls z = 0.8 f(z) + 0.2 z with autograd; logits = z Emb^T (norm_f is inside f).   -> train_tok_s
+# <case>_gen: under torch.inference_mode (at batch 1 about 17% faster than no_grad: per-op overhead
+#   dominates), one token at a time through a real recurrent step: Llama with a KV cache
+#   preallocated for the 256 positions (fused qkv and w1|w3 weights, RoPE tables built once),
+#   Mamba2 with per-layer conv state (C, 4) and SSM state (H, P, N) updated in place;
+#   implicit Mamba2: per token 15 damped loop calls with the caches read only, then 1 committing call
+#   (eval cap 16, tolerance 0: the C side runs with f_tol 0 and reports gen_iters = 15). The per-
+#   sequence preparation (fused weights, weight norm, zeroed states) is outside the timing, as
+#   model_state_init on the C side.                                   -> gen_tok_s, gen_ms_tok
+# Parameter counts equal the C models' (printed as params= on both sides).
+# Runs with the default case list, or --cases with the line names or the case names (both lines).
+# Out of scope: lm_fp_mamba (the torch FP-Mamba of tests/ref/gen_fp_mamba.py has no token-by-token
+# mode and fixes bc_norm 1, while the LM runs use bc_norm 0).
+# ---------------------------------------------------------------------------------------------
+
+LM_CASES = ("lm_llama", "lm_mamba2", "lm_imp_mamba2")
+LM_V, LM_D, LM_L, LM_B, LM_T, LM_GEN = 256, 128, 4, 12, 64, 256
+LM_HEADS, LM_DINNER, LM_N, LM_P = 4, 512, 16, 32
+LM_SOLVE, LM_GRAD, LM_EVAL, LM_TAU = 8, 2, 16, 0.8
+LM_WN = ("in_proj", "conv_w", "out_proj", "fc1", "fc2")    # weight-normed per layer (implicit)
+
+
+def lm_params(family, V=LM_V, D=LM_D, L=LM_L, n_head=LM_HEADS, d_inner=LM_DINNER, N=LM_N, P=LM_P):
+    """{"emb", "norm_f", "layers": [dict per block], "family"}; family llama | mamba2 | imp_mamba2.
+    The gated MLP's hidden width is d_inner rounded up to 128 (mlp_hidden in src/layers/mlp.c)."""
+    u = lambda shape, b: ((torch.rand(shape) * 2 - 1) * b).requires_grad_(True)  # noqa: E731
+    layers = []
+    for _ in range(L):
+        if family == "llama":
+            layers.append(llama_params(D, n_head, d_inner))
+            continue
+        p = mamba2_params(D, N, 2 * D, P)
+        h = -(-d_inner // 128) * 128
+        p["norm2"] = torch.ones(D, requires_grad=True)
+        p["fc1"], p["fc2"] = u((2 * h, D), D ** -0.5), u((D, h), h ** -0.5)
+        if family == "imp_mamba2":
+            for name in LM_WN:
+                v = p.pop(name).detach()
+                p[name + "_g"] = v.flatten(1).norm(dim=1).reshape((-1,) + (1,) * (v.dim() - 1)).requires_grad_(True)
+                p[name + "_v"] = v.requires_grad_(True)
+        layers.append(p)
+    m = {"emb": (torch.randn(V, D) * 0.02).requires_grad_(True), "norm_f": torch.ones(D, requires_grad=True),
+         "layers": layers, "family": family}
+    if family == "imp_mamba2":
+        K = layers[0]["in_proj_v"].shape[0]
+        m["inj_norm"] = torch.ones(D, requires_grad=True)
+        w = (torch.rand(K, D) * 2 - 1) / math.sqrt(D)
+        m["inj_w_g"] = w.norm(dim=1, keepdim=True).requires_grad_(True)
+        m["inj_w_v"] = w.requires_grad_(True)
+        m["inj_b"] = torch.zeros(K, requires_grad=True)
+    return m
+
+
+def lm_leaves(m):
+    """(decayed, not decayed) parameter lists: weight decay on >= 2-d tensors except the embedding
+    (the C table's decay flag)."""
+    ts = [m["emb"], m["norm_f"]] + [v for k, v in m.items() if k.startswith("inj_")] + \
+        [v for p in m["layers"] for v in p.values() if isinstance(v, torch.Tensor)]
+    return [t for t in ts if t.dim() >= 2 and t is not m["emb"]], [t for t in ts if t.dim() < 2 or t is m["emb"]]
+
+
+def lm_wnorm(g, v):
+    return g * v / v.flatten(1).norm(dim=1).reshape(g.shape)
+
+
+def lm_effective(m):
+    """Implicit: the model with effective weights W = g v/|v| (once per step or sequence); else m."""
+    if m["family"] != "imp_mamba2":
+        return m
+    e = {k: v for k, v in m.items() if not k.startswith("inj_w_")}
+    e["inj_w"] = lm_wnorm(m["inj_w_g"], m["inj_w_v"])
+    e["layers"] = []
+    for p in m["layers"]:
+        q = {k: v for k, v in p.items() if not (k.endswith("_g") or k.endswith("_v"))}
+        for name in LM_WN:
+            q[name] = lm_wnorm(p[name + "_g"], p[name + "_v"])
+        e["layers"].append(q)
+    return e
+
+
+def gated_mlp(p, xn):
+    """fc2(value * silu(gate)), [value | gate] = fc1 xn (value half first, src/layers/mlp.h)."""
+    val, gate = (xn @ p["fc1"].t()).chunk(2, dim=-1)
+    return (val * F.silu(gate)) @ p["fc2"].t()
+
+
+def lm_mamba2_block(p, x, u3=None):
+    x = x + mamba2_mixer(p, rmsnorm(x, p["norm"]), u3)
+    return x + gated_mlp(p, rmsnorm(x, p["norm2"]))
+
+
+def lm_inject(e, x0):
+    """u = Linear(RMSNorm(emb)) + bias, as the three row blocks (z, xBC, dt parts) of in_proj's output."""
+    D, N, E, P, H, C, W = e["layers"][0]["dims"]
+    xn = rmsnorm(x0, e["inj_norm"])
+    return tuple(xn @ w.t() + b for w, b in zip(e["inj_w"].split([E, C, H]), e["inj_b"].split([E, C, H])))
+
+
+def lm_imp_f(e, z, u3):
+    for p in e["layers"]:
+        z = lm_mamba2_block(p, z, u3)
+    return rmsnorm(z, e["norm_f"])
+
+
+def lm_logits(m, ids, solve=LM_SOLVE, grad=LM_GRAD):
+    """Training forward: logits (B,T,V) of ids (B,T)."""
+    Bsz, T = ids.shape
+    e = lm_effective(m)
+    x = e["emb"][ids]
+    if m["family"] == "llama":
+        D, nh, _ = e["layers"][0]["dims"]
+        cos, sin = rope_tables(T, D // nh)
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        for p in e["layers"]:
+            x = llama_block(p, x, cos.to(x.dtype), sin.to(x.dtype), mask.to(x.dtype))
+    elif m["family"] == "mamba2":
+        for p in e["layers"]:
+            x = lm_mamba2_block(p, x)
+    else:
+        u3 = lm_inject(e, x)
+        with torch.no_grad():   # tolerance 0: all `solve` calls run
+            z = imp_picard(lambda y: lm_imp_f(e, y, u3), torch.zeros_like(x), solve, 0.0)
+        for _ in range(grad):
+            z = LM_TAU * lm_imp_f(e, z, u3) + (1 - LM_TAU) * z
+        return z @ e["emb"].t()
+    return rmsnorm(x, e["norm_f"]) @ e["emb"].t()
+
+
+def lm_train_fn(m, ids, tgt):
+    decay, rest = lm_leaves(m)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+
+    def step():
+        loss = F.cross_entropy(lm_logits(m, ids).reshape(-1, LM_V), tgt.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(decay + rest, 1.0)
+        opt.step()
+    return step
+
+
+def lm_gen_state(m, max_len, Bsz=1, dtype=torch.float32):
+    """Per-sequence preparation (no autograd): effective weights, fused projections, RoPE tables and
+    zeroed recurrent states (Llama: KV cache (L, B, heads, max_len, dh); Mamba2: conv (L, B, C, W) and
+    SSM (L, B, H, P, N))."""
+    with torch.no_grad():
+        e = lm_effective(m)
+        e = {k: (v.detach().to(dtype) if isinstance(v, torch.Tensor) else v) for k, v in e.items()}
+        layers = []
+        for p in e["layers"]:
+            q = {k: (v.detach().to(dtype) if isinstance(v, torch.Tensor) else v) for k, v in p.items()}
+            if m["family"] == "llama":
+                q["wqkv"] = torch.cat([q["wq"], q["wk"], q["wv"]]).t().contiguous()
+                q["w13"] = torch.cat([q["w1"], q["w3"]]).t().contiguous()
+                q["wo_t"], q["fc2_t"] = q["wo"].t().contiguous(), q["fc2"].t().contiguous()
+            else:
+                q["A"], q["conv_k"] = -torch.exp(q["A_log"]), q["conv_w"][:, 0, :].contiguous()
+                q["in_t"], q["out_t"] = q["in_proj"].t().contiguous(), q["out_proj"].t().contiguous()
+                q["fc1_t"], q["fc2_t"] = q["fc1"].t().contiguous(), q["fc2"].t().contiguous()
+            layers.append(q)
+        e["layers"] = layers
+        e["emb_t"] = e["emb"].t().contiguous()
+        L = len(layers)
+        if m["family"] == "llama":
+            D, nh, _ = layers[0]["dims"]
+            dh = D // nh
+            cos, sin = rope_tables(max_len, dh)
+            e["cos"], e["sin"] = cos.to(dtype), sin.to(dtype)
+            e["kc"] = torch.zeros(L, Bsz, nh, max_len, dh, dtype=dtype)
+            e["vc"] = torch.zeros(L, Bsz, nh, max_len, dh, dtype=dtype)
+        else:
+            D, N, E, P, H, C, W = layers[0]["dims"]
+            e["cs"] = torch.zeros(L, Bsz, C, W, dtype=dtype)
+            e["S"] = torch.zeros(L, Bsz, H, P, N, dtype=dtype)
+            if m["family"] == "imp_mamba2":
+                e["inj_t"] = e["inj_w"].t().contiguous()
+    return e
+
+
+def lm_m2_step(q, x, cs, S, u=None, commit=True):
+    """One token of one Mamba2 block with its gated MLP: x (B,D) -> (B,D). cs (B,C,W), S (B,H,P,N):
+    this layer's states, advanced in place when commit (else read only: the implicit loop calls)."""
+    D, N, E, P, H, C, W = q["dims"]
+    Bsz = x.shape[0]
+    xn = rmsnorm(x, q["norm"])
+    zx = torch.addmm(u, xn, q["in_t"]) if u is not None else xn @ q["in_t"]
+    z, xBC, dtraw = zx.split([E, C, H], dim=-1)
+    win = torch.cat([cs[:, :, 1:], xBC[:, :, None]], dim=2)
+    xc = F.silu((win * q["conv_k"]).sum(-1) + q["conv_b"])
+    xs, Bm, Cm = xc.split([E, N, N], dim=-1)
+    xs = xs.reshape(Bsz, H, P)
+    dt = F.softplus(dtraw + q["dt_bias"])                                      # (B,H)
+    Sn = torch.exp(dt * q["A"])[:, :, None, None] * S + (dt[:, :, None] * xs)[..., None] * Bm[:, None, None, :]
+    y = (Sn @ Cm[:, None, :, None]).squeeze(-1) + q["D"][:, None] * xs        # (B,H,P)
+    if commit:
+        cs.copy_(win)
+        S.copy_(Sn)
+    x = x + rmsnorm(y.reshape(Bsz, E) * F.silu(z), q["gnorm"]) @ q["out_t"]
+    val, gate = (rmsnorm(x, q["norm2"]) @ q["fc1_t"]).chunk(2, dim=-1)
+    return x + (val * F.silu(gate)) @ q["fc2_t"]
+
+
+def lm_llama_step(q, x, kc, vc, t, e):
+    """One token at position t of one Llama block: x (B,D) -> (B,D); writes its post-RoPE key and
+    value into the preallocated cache slot t of kc / vc (B, heads, max_len, dh)."""
+    D, nh, h = q["dims"]
+    Bsz, dh = x.shape[0], D // nh
+    q_, k, v = (rmsnorm(x, q["norm"]) @ q["wqkv"]).view(Bsz, 3, nh, dh).unbind(1)
+    cos, sin = e["cos"][t], e["sin"][t]
+    q_, k = rope(q_, cos, sin), rope(k, cos, sin)
+    kc[:, :, t] = k
+    vc[:, :, t] = v
+    s = (q_[:, :, None, :] @ kc[:, :, :t + 1].transpose(-1, -2)) * dh ** -0.5      # (B,nh,1,t+1)
+    o = (torch.softmax(s, dim=-1) @ vc[:, :, :t + 1]).reshape(Bsz, D)
+    x = x + o @ q["wo_t"]
+    a, b = (rmsnorm(x, q["norm2"]) @ q["w13"]).split(h, dim=-1)
+    return x + (F.silu(a) * b) @ q["fc2_t"]
+
+
+def lm_step(m, e, tok, t, n_eval=LM_EVAL):
+    """Logits (B,V) of token ids tok (B) at position t, advancing the states in e."""
+    x = e["emb"][tok]
+    L = len(e["layers"])
+    if m["family"] == "llama":
+        for i in range(L):
+            x = lm_llama_step(e["layers"][i], x, e["kc"][i], e["vc"][i], t, e)
+    elif m["family"] == "mamba2":
+        for i in range(L):
+            x = lm_m2_step(e["layers"][i], x, e["cs"][i], e["S"][i])
+    else:
+        u = torch.addmm(e["inj_b"], rmsnorm(x, e["inj_norm"]), e["inj_t"])
+
+        def f(z, commit):
+            for i in range(L):
+                z = lm_m2_step(e["layers"][i], z, e["cs"][i], e["S"][i], u, commit)
+            return rmsnorm(z, e["norm_f"])
+        z = imp_eval_loop(lambda y: f(y, False), torch.zeros_like(x), n_eval, 0.0, LM_TAU)
+        return f(z, True) @ e["emb_t"]   # the final call commits
+    return rmsnorm(x, e["norm_f"]) @ e["emb_t"]
+
+
+def lm_self_check():
+    """float64, small sizes, T 70 (crosses a chunk boundary): for each family the token-by-token step
+    (KV cache / conv + SSM states) equals the full-sequence forward (implicit: one f call per token,
+    committed, against f on the whole sequence at the same z), and the Llama LM equals
+    tests/ref/gen_llama.py's model_fwd. When written, all three models also matched the C models of
+    bench_lm (weights from a C checkpoint) to ~1e-6 in the training forward ("8+2"), the evaluation
+    and the generation step (15+1 loop calls)."""
+    g = torch.Generator().manual_seed(1)
+    T = 70
+    for fam in ("llama", "mamba2", "imp_mamba2"):
+        m = lm_params(fam, V=11, D=16, L=2, n_head=2, d_inner=24, N=4, P=8)
+        m64 = {k: (v.detach().double() if isinstance(v, torch.Tensor) else v) for k, v in m.items()}
+        m64["layers"] = [{k: (v.detach().double() if isinstance(v, torch.Tensor) else v) for k, v in p.items()}
+                         for p in m["layers"]]
+        ids = torch.randint(0, 11, (2, T), generator=g)
+        e = lm_gen_state(m64, T, Bsz=2, dtype=torch.float64)
+        with torch.no_grad():
+            if fam == "imp_mamba2":
+                z = torch.randn(2, T, 16, generator=g, dtype=torch.float64)
+                eff = lm_effective(m64)
+                want = lm_imp_f(eff, z, lm_inject(eff, eff["emb"][ids]))
+                got = []
+                for t in range(T):
+                    u = torch.addmm(e["inj_b"], rmsnorm(e["emb"][ids[:, t]], e["inj_norm"]), e["inj_t"])
+                    zt = z[:, t]
+                    for i in range(2):
+                        zt = lm_m2_step(e["layers"][i], zt, e["cs"][i], e["S"][i], u, True)
+                    got.append(rmsnorm(zt, e["norm_f"]))
+            else:
+                want = lm_logits(m64, ids)
+                got = [lm_step(m64, e, ids[:, t], t) for t in range(T)]
+        err = (torch.stack(got, 1) - want).abs().max().item()
+        if not err < 1e-9:
+            sys.exit(f"torch_bench: {fam} LM step-form self-check failed (max abs err {err:.3e})")
+    # the Llama LM against the parity-tested reference (tests/ref/gen_llama.py, same tensor names as C)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+    import gen_llama as gl
+    m = lm_params("llama", V=11, D=16, L=2, n_head=2, d_inner=24)
+    c = {"n_layer": 2, "n_head": 2, "d_model": 16, "rope_theta": 500000.0}
+    ref = {"word_emb.emb.weight": m["emb"], "backbone.norm_f.weight": m["norm_f"]}
+    names = {"norm": "norm.weight", "norm2": "norm2.weight", "wq": "mixer.wq.weight", "wk": "mixer.wk.weight",
+             "wv": "mixer.wv.weight", "wo": "mixer.out_proj.weight", "w1": "mlp.w1.weight", "w3": "mlp.w3.weight",
+             "fc2": "mlp.fc2.weight"}
+    for i, p in enumerate(m["layers"]):
+        for k, n in names.items():
+            ref[f"backbone.layers.{i}.{n}"] = p[k]
+    ref = {k: v.detach().double() for k, v in ref.items()}
+    m64 = dict(m, emb=ref["word_emb.emb.weight"], norm_f=ref["backbone.norm_f.weight"],
+               layers=[{k: (v.detach().double() if isinstance(v, torch.Tensor) else v) for k, v in p.items()}
+                       for p in m["layers"]])
+    ids = torch.randint(0, 11, (2, 9), generator=g)
+    with torch.no_grad():
+        err = (lm_logits(m64, ids) - gl.model_fwd(ref, ids, c)).abs().max().item()
+    if not err < 1e-6:   # the bench's RoPE tables are float32
+        sys.exit(f"torch_bench: Llama LM vs tests/ref/gen_llama.py failed (max abs err {err:.3e})")
+
+
+def run_lm_cases(args, tail):
+    cases = args.cases.split(",")
+    todo = [(base, kind) for base in LM_CASES for kind in ("train", "gen")
+            if base in cases or f"{base}_{kind}" in cases]
+    if not todo:
+        return
+    lm_self_check()
+    repeats = 2 if args.quick else 3          # bench_lm's counts (one warm-up each)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(32, 127, (LM_B, LM_T), generator=g)   # printable bytes, as in text
+    tgt = torch.randint(32, 127, (LM_B, LM_T), generator=g)
+    models = {}
+    for base, kind in todo:
+        fam = base[3:]
+        if fam not in models:
+            models[fam] = lm_params(fam)
+        m = models[fam]
+        nparams = sum(t.numel() for t in sum(lm_leaves(m), []))
+        imp = fam == "imp_mamba2"
+        if kind == "train":
+            s = imp_time(lm_train_fn(m, ids, tgt), 1, repeats)
+            head = f"train_tok_s={LM_B * LM_T / s:.1f} ms={s * 1e3:.1f}" + \
+                (f" f_calls={LM_SOLVE}+{LM_GRAD}" if imp else "") + f" B={LM_B} T={LM_T}"
+        else:
+            times = []
+            for i in range(1 + repeats):
+                e = lm_gen_state(m, LM_GEN)
+                tok = torch.tensor([ord("T")])
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    for t in range(LM_GEN):
+                        tok = lm_step(m, e, tok, t).argmax(-1)
+                if i >= 1:
+                    times.append(time.perf_counter() - t0)
+            times.sort()
+            s = times[(len(times) - 1) // 2]
+            head = f"gen_tok_s={LM_GEN / s:.1f} gen_ms_tok={s * 1e3 / LM_GEN:.4f}" + \
+                (f" f_calls_tok={LM_EVAL - 1}+1" if imp else "") + f" tokens={LM_GEN} B=1"
+        print(f"torch {base}_{kind} {head} params={nparams} repeats={repeats} {tail}", flush=True)
+
+
 def main(args):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -595,6 +954,9 @@ def main(args):
     for name in IMP_CASES:
         if name in cases:
             run_implicit(name, args.quick, tail)
+
+    # Language models at the tinyshakespeare sizes (bench/bench_lm.c)
+    run_lm_cases(args, tail)
 
 
 if __name__ == "__main__":
