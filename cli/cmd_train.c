@@ -209,7 +209,8 @@ int cmd_eval(int argc, char **argv) {
                "(duality); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models;\n"
                "0 = as trained). Fixed-point RNNs (fp_*) also take --fp_eval_cap N and --fp_threshold X.\n"
                "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
-               "--seq_solver anderson (sequential mode from the previous token's fixed point / with Anderson),\n"
+               "--seq_solver anderson|broyden [--anderson_m M --broyden_m M] (sequential mode from the previous\n"
+               "token's fixed point / with Anderson or Broyden),\n"
                "--latent_noise_db / --state_noise_db / --noise_mode / --noise_seed (noise in sequential mode, spec 7),\n"
                "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n"
                "Language models (task lm) print validation loss and perplexity per length (--eval_lens, --data\n"
@@ -278,7 +279,7 @@ int cmd_eval(int argc, char **argv) {
         else {
             /* evaluation-time model keys: iteration caps, tolerances, sequential solver options */
             static const char *const eval_keys[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
-                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
+                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda", "broyden_m",
                                                     "latent_noise_db", "state_noise_db", "noise_mode", "noise_seed",
                                                     "fp_eval_cap", "fp_threshold", NULL};
             int model_key = 0;
