@@ -36,7 +36,8 @@ static void help(void) {
            "  --stop STR         stop when the text contains STR (STR is not printed)\n"
            "  --tokenizer SPEC   byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)\n"
            "  --echo 0|1         print the prompt before the continuation (default 1)\n"
-           "  --threads N        OpenMP / BLAS threads\n"
+           "  --threads N        OpenMP / BLAS threads (default 1: one token at a time is many small kernel\n"
+           "                     calls, where a second thread costs more in fork/join than it saves)\n"
            "  --json OUT         write a summary (text, token counts, tokens/s, iterations, memory)\n"
            "Model keys applied before loading: --max_seq_len N (KV-cache capacity of attention models),\n"
            "and for implicit / fp models --eval_f_max_iter --eval_factor --f_tol --tau --seq_solver\n"
@@ -126,6 +127,9 @@ static int parse_args(GenArgs *a, int argc, char **argv) {
     sample_cfg_default(&a->sc);
     gen_opts_default(&a->go);
     a->echo = 1;
+    /* batch-1 generation at the sizes this runs (D ~128-1024) is dominated by per-call overhead:
+     * 0.081 ms/token on one thread against 0.23 on two (README, imp_gen_b1); --threads overrides */
+    k_set_threads(1);
     int nkv = 0;
     for (int i = 1; i < argc; i += 2) {
         if (strncmp(argv[i], "--", 2)) { err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail("run `implicit generate --help`"); }
