@@ -451,8 +451,25 @@ static void jacobian_reg(const char *family) {
     model_free(&m);
 }
 
+/* Solver keys a user can get wrong: each is rejected with a message naming the key. */
+static void bad_solver_keys(void) {
+    const char *bad[][3] = {{"broyden_m", "0", "'broyden_m'"},        {"broyden_m", "65", "'broyden_m'"},
+                            {"f_solver", "newton", "'f_solver'"},     {"b_solver", "broyden2", "'b_solver'"},
+                            {"seq_solver", "picard", "'seq_solver'"}, {"anderson_m", "17", "'anderson_m'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ModelCfg c;
+        cfg_defaults(&c);
+        cfg_set(&c, "model", "implicit_mamba2");
+        int rc = cfg_set(&c, bad[i][0], bad[i][1]);
+        if (!rc) rc = cfg_validate(&c);
+        TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), bad[i][2]), "%s %s: rc %d, '%s'", bad[i][0], bad[i][1], rc,
+                 err_msg());
+    }
+}
+
 int main(void) {
     th_name = "test_implicit";
+    bad_solver_keys();
     jacobian_reg("implicit_mamba2");
     jacobian_reg("implicit_llama");
     spectral();
