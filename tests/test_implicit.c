@@ -194,6 +194,18 @@ static void seq_variants(void) {
     printf("  sequential iterations per token: cold %.1f, warm start %.1f, Anderson %.1f, Broyden %.1f"
            " (rel diff %.1e, %.1e, %.1e)\n", iters[0], iters[1], iters[2], iters[3], ew, ea, eb);
     for (int v = 0; v < 4; v++) free(out[v]);
+    /* the sequential solver's scratch is sized at model_state_init: a bigger one afterwards is an error */
+    Model m;
+    make(&m, "implicit_mamba2", kv);
+    float *lg = th_alloc((size_t)B * m.V);
+    TH_CHECK(model_state_init(&m, B) == 0, "%s", err_msg());
+    cfg_set(&m.cfg, "seq_solver", "broyden");
+    for (int b = 0; b < B; b++) col[b] = ids[b * T];
+    TH_CHECK(model_step(&m, col, lg) == IM_EINVAL && strstr(err_msg(), "model_state_init"),
+             "solver changed after state init: '%s'", err_msg());
+    TH_CHECK(model_state_init(&m, B) == 0 && model_step(&m, col, lg) == 0, "re-init: %s", err_msg());
+    free(lg);
+    model_free(&m);
 }
 
 static void weight_norm_and_memory(void) {

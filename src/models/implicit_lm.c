@@ -77,6 +77,7 @@ typedef struct {
     /* step state */
     Arena st;
     float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep;
+    size_t step_solver_n; /* floats of step_solver: sized for the sequential solver at state init */
     Rng noise_rng;        /* spec §7 noise, reseeded per sequence batch */
 } ImplicitLm;
 
@@ -288,9 +289,16 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
     }
 }
 
+/* The sequential mode's solver: the reference's loop, or Anderson / Broyden (beyond the reference). */
+static void seq_solver_opts(const ModelCfg *c, FpOpts *o) {
+    solver_opts(c, !strcmp(c->seq_solver, "loop") ? 1 : 3, o);
+}
+
+/* Scratch of the whole-sequence solves: training forward, evaluation loop, adjoint (the sequential
+ * solver has its own, sized per token in carve_state). */
 static size_t solver_floats(const ModelCfg *c, size_t n, int nb) {
     size_t best = 0;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 3; k++) {
         FpOpts o;
         solver_opts(c, k, &o);
         if (o.max_iter < 1) o.max_iter = 1;
@@ -665,11 +673,10 @@ static void carve_state(Model *m, Arena *a, int B, int T) {
     im->x0t = arena_floats(a, BD);
     im->xnt = arena_floats(a, BD);
     im->rstdt = arena_floats(a, (size_t)B);
-    FpOpts o, oa;
-    solver_opts(&m->cfg, 1, &o);
-    solver_opts(&m->cfg, 3, &oa);
-    size_t s1 = fp_scratch_floats(&o, BD, B), s2 = fp_scratch_floats(&oa, BD, B);
-    im->step_solver = arena_floats(a, s1 > s2 ? s1 : s2);
+    FpOpts o;
+    seq_solver_opts(&m->cfg, &o);
+    im->step_solver_n = fp_scratch_floats(&o, BD, B);
+    im->step_solver = arena_floats(a, im->step_solver_n);
 }
 
 static int state_init(Model *m, int B) {
@@ -714,8 +721,10 @@ static int step(Model *m, const int *ids, float *logits) {
     FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
     FpOpts o;
     FpStats st = {0};
-    int loop = !strcmp(m->cfg.seq_solver, "loop");
-    solver_opts(&m->cfg, loop ? 1 : 3, &o);
+    seq_solver_opts(&m->cfg, &o);
+    if (fp_scratch_floats(&o, (size_t)B * D, B) > im->step_solver_n)
+        return err_set(IM_EINVAL, "the sequential solver (seq_solver, anderson_m, broyden_m) changed after "
+                                  "model_state_init: call it again");
     /* z0 = 0 (the reference), or the previous token's fixed point (seq_warm_start) */
     if (!m->cfg.seq_warm_start) memset(im->zt, 0, (size_t)B * D * sizeof(float));
     int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
