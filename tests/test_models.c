@@ -144,6 +144,41 @@ static void check_init(void) {
     model_free(&m);
 }
 
+/* A no_grad forward (evaluation) keeps no backward state: the same logits and loss, bitwise, from a
+ * smaller activation plan; a later ordinary forward plans again and its backward works. */
+static void check_no_grad(const char *model, const char *const *kv) {
+    ModelCfg c;
+    cfg_defaults(&c);
+    cfg_set(&c, "model", model);
+    for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
+    Model m;
+    TH_CHECK(model_create(&m, &c) == 0, "%s: %s", model, err_msg());
+    model_init_params(&m, 5);
+    enum { B = 3, T = 20 };
+    int ids[B * T], tg[B * T];
+    Rng r;
+    rng_seed(&r, 4, 0);
+    for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, 40), tg[i] = (int)rng_below(&r, 40);
+    float l1 = 0, l2 = 0;
+    TH_CHECK(model_fwd(&m, ids, tg, B, T, &l1) == 0, "%s: %s", model, err_msg());
+    size_t full = m.act_bytes;
+    float *lg = th_alloc((size_t)B * T * m.V);
+    memcpy(lg, m.logits, sizeof(float) * (size_t)B * T * m.V);
+    m.no_grad = 1;
+    TH_CHECK(model_fwd(&m, ids, tg, B, T, &l2) == 0, "%s no_grad: %s", model, err_msg());
+    TH_CHECK(l1 == l2 && !memcmp(lg, m.logits, sizeof(float) * (size_t)B * T * m.V),
+             "%s: no_grad forward differs (loss %.9g vs %.9g)", model, l1, l2);
+    TH_CHECK(m.act_bytes * 2 < full, "%s: no_grad plan %zu bytes vs %zu", model, m.act_bytes, full);
+    printf("  %-8s no_grad forward: same logits, activations %zu -> %zu bytes\n", model, full, m.act_bytes);
+    m.no_grad = 0;
+    TH_CHECK(model_fwd(&m, ids, tg, B, T, &l2) == 0 && l1 == l2, "%s: forward after no_grad", model);
+    model_zero_grad(&m);
+    model_bwd(&m);
+    TH_CHECK(k_sumsq(m.grads, m.tab.total) > 0, "%s: no gradient after re-planning", model);
+    free(lg);
+    model_free(&m);
+}
+
 int main(void) {
     th_name = "test_models";
     check_ref("tests/ref/mamba2.safetensors");
@@ -159,6 +194,12 @@ int main(void) {
     check_step("mamba2", m2g);
     check_step("llama", ll);
     check_step("lstm", ls);
+    static const char *const m2l[] = {"d_model", "32", "d_state", "8", "headdim", "8", "vocab_size", "40",
+                                      "d_inner", "64", "mlp_type", "gated", "n_layer", "3", NULL};
+    static const char *const lll[] = {"d_model", "32", "n_head", "4", "d_inner", "64", "vocab_size", "40",
+                                      "n_layer", "3", NULL};
+    check_no_grad("mamba2", m2l);
+    check_no_grad("llama", lll);
     check_init();
     return th_done();
 }

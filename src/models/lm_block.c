@@ -122,17 +122,21 @@ static size_t mask_floats(const BlockCfg *bc, int B) {
     return n;
 }
 
+/* A forward that a backward may follow keeps every block's input and cache; a no_grad forward
+ * (evaluation, scoring) keeps none of it: one (B,T,D) buffer that the blocks update in place
+ * (block_fwd allows that without a cache), so it needs 1/(n_layer+1) of the hidden states and no
+ * caches. model_plan re-plans when the flag changes. */
 static void carve(Model *m, Arena *a, int B, int T) {
     BlockLm *lm = m->impl;
     size_t MD = (size_t)B * T * m->cfg.d_model;
-    int L = m->cfg.n_layer;
+    int L = m->cfg.n_layer, keep = !m->no_grad;
     lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->z = arena_floats(a, (size_t)(L + 1) * MD);
-    lm->cache_per_layer = block_cache_floats(&lm->bc, B, T);
-    lm->cache = arena_floats(a, (size_t)L * lm->cache_per_layer);
+    lm->z = arena_floats(a, (keep ? (size_t)(L + 1) : 1) * MD);
+    lm->cache_per_layer = keep ? block_cache_floats(&lm->bc, B, T) : 0;
+    lm->cache = keep ? arena_floats(a, (size_t)L * lm->cache_per_layer) : NULL;
     lm->scratch = arena_floats(a, block_scratch_floats(&lm->bc, B, T));
-    lm->dz = arena_floats(a, MD);
-    lm->dz2 = arena_floats(a, MD);
+    lm->dz = keep ? arena_floats(a, MD) : NULL;
+    lm->dz2 = keep ? arena_floats(a, MD) : NULL;
     lm->mask_per_layer = mask_floats(&lm->bc, B);
     lm->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)L * lm->mask_per_layer) : NULL;
 }
@@ -171,16 +175,19 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
         if (m->training) lm_dropout_mask(&m->rng, lm->masks, n, p);
         else for (size_t i = 0; i < n; i++) lm->masks[i] = 1.0f;
     }
+    int keep = lm->cache != NULL;   /* planned without no_grad: see carve */
     for (int l = 0; l < m->cfg.n_layer; l++) {
         BlockMasks bm = layer_masks(lm, l, B);
-        block_fwd(&lm->bc, &lm->w[l], lm->z + (size_t)(l + 1) * MD, lm->z + (size_t)l * MD, NULL, &bm,
-                  lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, NULL, B, T);
+        float *zin = lm->z + (keep ? (size_t)l * MD : 0), *zout = lm->z + (keep ? (size_t)(l + 1) * MD : 0);
+        block_fwd(&lm->bc, &lm->w[l], zout, zin, NULL, &bm, keep ? lm->cache + (size_t)l * lm->cache_per_layer : NULL,
+                  lm->scratch, NULL, B, T);
     }
-    return lm_head_fwd(m, &lm->ends, lm->z + (size_t)m->cfg.n_layer * MD, targets, B, T, loss);
+    return lm_head_fwd(m, &lm->ends, lm->z + (keep ? (size_t)m->cfg.n_layer * MD : 0), targets, B, T, loss);
 }
 
 static void bwd(Model *m) {
     BlockLm *lm = m->impl;
+    CHECK(lm->cache, "model_bwd after a no_grad forward (nothing was kept for the backward)");
     int B = m->B, T = m->T, L = m->cfg.n_layer;
     size_t MD = (size_t)B * T * m->cfg.d_model;
     memset(lm->dz, 0, MD * sizeof(float));

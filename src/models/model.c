@@ -71,9 +71,10 @@ int model_plan(Model *m, int B, int T) {
     if (B < 1 || T < 1) return err_set(IM_EINVAL, "batch %d and length %d must be >= 1", B, T);
     /* evaluation needs no backward caches: a mode switch re-plans (implicit models size the
      * training arena by the number of differentiable steps) */
-    if (B == m->B && T == m->T && m->planned_training == m->training) return IM_OK;
+    if (B == m->B && T == m->T && m->planned_training == m->training && m->planned_no_grad == m->no_grad)
+        return IM_OK;
     int rc = m->type->plan(m, B, T);
-    if (!rc) { m->B = B; m->T = T; m->planned_training = m->training; }
+    if (!rc) { m->B = B; m->T = T; m->planned_training = m->training; m->planned_no_grad = m->no_grad; }
     return rc;
 }
 

@@ -47,9 +47,12 @@ struct Model {
     void *impl;      /* family-specific */
     int B, T;        /* planned batch and length */
     int planned_training; /* the training flag the activations were planned for */
+    int planned_no_grad;  /* the no_grad flag they were planned for */
     int V;           /* padded vocabulary rows of the embedding / logits width */
     float *logits;   /* (B, T, V) after fwd; owned by impl */
     int training;    /* 1: dropout active */
+    int no_grad;     /* 1: no model_bwd follows these forwards (evaluation, scoring), so a model may
+                      * keep no activations for it; model_bwd after such a forward is an error */
     Rng rng;         /* dropout stream */
     int step_B;      /* batch of the step state */
     size_t act_bytes;/* activation memory of the planned batch (one allocation) */

@@ -80,8 +80,9 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
         free(ids); free(tg); free(col); free(amax); free(lg); free(losses);
         return err_set(IM_ENOMEM, "eval buffers");
     }
-    int was_training = m->training, rc = IM_OK;
+    int was_training = m->training, was_no_grad = m->no_grad, rc = IM_OK;
     m->training = 0;
+    m->no_grad = 1;
     TaskScore s = {0};
     double loss_sum = 0, loss_n = 0, iters = 0, agree = 0, agree_n = 0, t0 = timer_now();
     int nbatch = 0;
@@ -115,6 +116,7 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
         task_score(&s, logits, task_vocab(t), V, tg, B, T);
     }
     m->training = was_training;
+    m->no_grad = was_no_grad;
     free(ids); free(tg); free(col); free(amax); free(lg); free(losses);
     if (rc) return rc;
     out->loss = loss_n > 0 ? loss_sum / loss_n : 0;

@@ -243,8 +243,9 @@ int mc_run(Model *m, const Tokenizer *tok, const McTask *t, const McOpts *o, McI
     memset(sum, 0, sizeof *sum);
     if (res) memset(res, 0, sizeof *res * (size_t)t->n);
     const char *delim = o && o->delim ? o->delim : "";
-    int was_training = m->training, rc = IM_OK, n_ok = 0;
+    int was_training = m->training, was_no_grad = m->no_grad, rc = IM_OK, n_ok = 0;
     m->training = 0;
+    m->no_grad = 1;
     double t0 = timer_now(), acc = 0, acc_norm = 0, greedy = 0, gold_ll = 0, gold_nll = 0, iters = 0;
     long gold_tokens = 0;
     int maxc = 1;
@@ -308,6 +309,7 @@ int mc_run(Model *m, const Tokenizer *tok, const McTask *t, const McOpts *o, McI
     free(ntok);
     free(gr);
     m->training = was_training;
+    m->no_grad = was_no_grad;
     return rc;
 }
 
