@@ -168,7 +168,7 @@ static void check_no_grad(const char *model, const char *const *kv) {
     TH_CHECK(model_fwd(&m, ids, tg, B, T, &l2) == 0, "%s no_grad: %s", model, err_msg());
     TH_CHECK(l1 == l2 && !memcmp(lg, m.logits, sizeof(float) * (size_t)B * T * m.V),
              "%s: no_grad forward differs (loss %.9g vs %.9g)", model, l1, l2);
-    TH_CHECK(m.act_bytes * 2 < full, "%s: no_grad plan %zu bytes vs %zu", model, m.act_bytes, full);
+    TH_CHECK(3 * m.act_bytes < 2 * full, "%s: no_grad plan %zu bytes vs %zu", model, m.act_bytes, full);
     printf("  %-8s no_grad forward: same logits, activations %zu -> %zu bytes\n", model, full, m.act_bytes);
     m.no_grad = 0;
     TH_CHECK(model_fwd(&m, ids, tg, B, T, &l2) == 0 && l1 == l2, "%s: forward after no_grad", model);
@@ -200,6 +200,11 @@ int main(void) {
                                       "n_layer", "3", NULL};
     check_no_grad("mamba2", m2l);
     check_no_grad("llama", lll);
+    static const char *const mb1[] = {"d_model", "32", "d_state", "8", "vocab_size", "40", "n_layer", "3", NULL};
+    static const char *const fpm[] = {"d_model", "32", "d_state", "8", "vocab_size", "40", "n_layer", "3",
+                                      "mixer_type", "householder", "fp_max_iter", "8", NULL};
+    check_no_grad("mamba1", mb1);
+    check_no_grad("fp_mamba", fpm);
     check_init();
     return th_done();
 }

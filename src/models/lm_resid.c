@@ -117,19 +117,23 @@ static void prepare_all(Model *m) {
 
 /* ---- training / evaluation forward and backward --------------------------------------------- */
 
+/* A forward that a backward may follow keeps every layer's stream, normed input and cache; a
+ * no_grad forward (evaluation, scoring) keeps one layer's worth, reused by every layer (two stream
+ * slots in turn), since nothing is read back. model_plan re-plans when the flag changes. */
 static void carve(Model *m, Arena *a, int B, int T) {
     LmResid *lm = m->impl;
     size_t M = (size_t)B * T, MD = M * m->cfg.d_model;
-    int L = m->cfg.n_layer;
+    int L = m->cfg.n_layer, keep = !m->no_grad;
+    size_t slots = keep ? (size_t)L : 1;
     lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->r = arena_floats(a, (size_t)(L + 1) * MD);
-    lm->xn = arena_floats(a, (size_t)L * MD);
-    lm->rstd = arena_floats(a, (size_t)L * rmsnorm_cache_floats((int)M));
+    lm->r = arena_floats(a, (keep ? (size_t)L + 1 : 2) * MD);
+    lm->xn = arena_floats(a, slots * MD);
+    lm->rstd = arena_floats(a, slots * rmsnorm_cache_floats((int)M));
     lm->cache_per_layer = lm->kind->cache_floats(lm->kcfg, B, T);
-    lm->cache = arena_floats(a, (size_t)L * lm->cache_per_layer);
+    lm->cache = arena_floats(a, slots * lm->cache_per_layer);
     lm->scratch = arena_floats(a, lm->kind->scratch_floats(lm->kcfg, B, T));
-    lm->dr = arena_floats(a, MD);
-    lm->dxn = arena_floats(a, MD);
+    lm->dr = keep ? arena_floats(a, MD) : NULL;
+    lm->dxn = keep ? arena_floats(a, MD) : NULL;
 }
 
 int lm_resid_plan(Model *m, int B, int T) {
@@ -153,20 +157,24 @@ int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, flo
     prepare_all(m);
     lm_embed_fwd(m, &lm->ends, ids, B, T);
     memcpy(lm->r, lm->ends.x0, MD * sizeof(float));
+    int keep = lm->dr != NULL;   /* planned without no_grad: see carve */
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        float *r = lm->r + (size_t)l * MD, *rn = r + MD, *xn = lm->xn + (size_t)l * MD;
-        rmsnorm_fwd(xn, lm->rstd + (size_t)l * M, r, norm_w(m, m->params, l), M, D, eps);
+        size_t at = keep ? (size_t)l : 0;   /* no_grad: one slot of everything, two of the stream */
+        float *r = lm->r + (keep ? (size_t)l : (size_t)(l % 2)) * MD;
+        float *rn = lm->r + (keep ? (size_t)l + 1 : (size_t)((l + 1) % 2)) * MD, *xn = lm->xn + at * MD;
+        rmsnorm_fwd(xn, lm->rstd + at * M, r, norm_w(m, m->params, l), M, D, eps);
         LmMixCtx x = ctx_of(m, l);
-        int rc = lm->kind->fwd(&x, wl(lm, lm->w, l), rn, xn, lm->cache + (size_t)l * lm->cache_per_layer,
-                               lm->scratch, B, T);
+        int rc = lm->kind->fwd(&x, wl(lm, lm->w, l), rn, xn, lm->cache + at * lm->cache_per_layer, lm->scratch, B, T);
         if (rc) return rc;
         k_axpby(rn, 1.f, r, 1.f, MD); /* r_{l+1} = r_l + Mixer(RMSNorm(r_l)) */
     }
-    return lm_head_fwd(m, &lm->ends, lm->r + (size_t)m->cfg.n_layer * MD, targets, B, T, loss);
+    int last = keep ? m->cfg.n_layer : m->cfg.n_layer % 2;
+    return lm_head_fwd(m, &lm->ends, lm->r + (size_t)last * MD, targets, B, T, loss);
 }
 
 void lm_resid_bwd(Model *m) {
     LmResid *lm = m->impl;
+    CHECK(lm->dr, "model_bwd after a no_grad forward (nothing was kept for the backward)");
     const int B = m->B, T = m->T, L = m->cfg.n_layer, D = m->cfg.d_model, M = B * T;
     const size_t MD = (size_t)M * D;
     memset(lm->dr, 0, MD * sizeof(float));
