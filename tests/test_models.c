@@ -205,6 +205,8 @@ int main(void) {
                                       "mixer_type", "householder", "fp_max_iter", "8", NULL};
     check_no_grad("mamba1", mb1);
     check_no_grad("fp_mamba", fpm);
+    static const char *const lsl[] = {"d_model", "24", "vocab_size", "40", "n_layer", "3", NULL};
+    check_no_grad("lstm", lsl);
     check_init();
     return th_done();
 }

@@ -69,23 +69,27 @@ static void bind_all(Model *m) {
     }
 }
 
+/* A no_grad forward (evaluation, scoring) keeps nothing for a backward: no caches (lstm_fwd's
+ * no-grad mode) and two hidden-sequence slots used in turn instead of one per layer. */
 static void carve(Model *m, Arena *a, int B, int T) {
     LstmLm *lm = m->impl;
     size_t MD = (size_t)B * T * m->cfg.d_model;
-    int L = m->cfg.n_layer;
+    int L = m->cfg.n_layer, keep = !m->no_grad;
     lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->y = arena_floats(a, (size_t)(L + 1) * MD);
-    lm->cache_per_layer = lstm_cache_floats(&lm->lc, B, T);
-    lm->cache = arena_floats(a, (size_t)L * lm->cache_per_layer);
+    lm->y = arena_floats(a, (keep ? (size_t)L + 1 : 2) * MD);
+    lm->cache_per_layer = keep ? lstm_cache_floats(&lm->lc, B, T) : 0;
+    lm->cache = keep ? arena_floats(a, (size_t)L * lm->cache_per_layer) : NULL;
     lm->scratch = arena_floats(a, lstm_scratch_floats(&lm->lc, B, T));
-    lm->dy = arena_floats(a, MD);
-    lm->dy2 = arena_floats(a, MD);
+    lm->dy = keep ? arena_floats(a, MD) : NULL;
+    lm->dy2 = keep ? arena_floats(a, MD) : NULL;
 }
 
 static int plan(Model *m, int B, int T) {
     LstmLm *lm = m->impl;
     bind_all(m);
-    return lm_arena_plan(&lm->acts, m, B, T, carve);
+    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
+    m->act_bytes = lm->acts.cap;
+    return rc;
 }
 
 static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
@@ -93,14 +97,19 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     size_t MD = (size_t)B * T * m->cfg.d_model;
     lm_embed_fwd(m, &lm->ends, ids, B, T);
     memcpy(lm->y, lm->ends.x0, MD * sizeof(float));
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        lstm_fwd(&lm->lc, &lm->w[l], lm->y + (size_t)(l + 1) * MD, NULL, lm->y + (size_t)l * MD, NULL,
-                 lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, B, T);
-    return lm_head_fwd(m, &lm->ends, lm->y + (size_t)m->cfg.n_layer * MD, targets, B, T, loss);
+    int keep = lm->cache != NULL, L = m->cfg.n_layer;   /* planned without no_grad: see carve */
+    for (int l = 0; l < L; l++) {
+        float *x = lm->y + (keep ? (size_t)l : (size_t)(l % 2)) * MD;
+        float *y = lm->y + (keep ? (size_t)l + 1 : (size_t)((l + 1) % 2)) * MD;
+        lstm_fwd(&lm->lc, &lm->w[l], y, NULL, x, NULL, keep ? lm->cache + (size_t)l * lm->cache_per_layer : NULL,
+                 lm->scratch, B, T);
+    }
+    return lm_head_fwd(m, &lm->ends, lm->y + (keep ? (size_t)L : (size_t)(L % 2)) * MD, targets, B, T, loss);
 }
 
 static void bwd(Model *m) {
     LstmLm *lm = m->impl;
+    CHECK(lm->cache, "model_bwd after a no_grad forward (nothing was kept for the backward)");
     int B = m->B, T = m->T, L = m->cfg.n_layer;
     size_t MD = (size_t)B * T * m->cfg.d_model;
     memset(lm->dy, 0, MD * sizeof(float));
