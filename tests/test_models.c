@@ -207,6 +207,8 @@ int main(void) {
     check_no_grad("fp_mamba", fpm);
     static const char *const lsl[] = {"d_model", "24", "vocab_size", "40", "n_layer", "3", NULL};
     check_no_grad("lstm", lsl);
+    static const char *const gdn[] = {"d_model", "32", "n_head", "2", "vocab_size", "40", "n_layer", "3", NULL};
+    check_no_grad("gated_deltanet", gdn);
     check_init();
     return th_done();
 }

@@ -170,22 +170,26 @@ static int build_gated(Model *m) { return build(m, 1); }
 static int build_plain(Model *m) { return build(m, 0); }
 
 /* ---- activations ----------------------------------------------------------------------------- */
+/* A no_grad forward (evaluation, scoring) keeps one layer's normed inputs and caches, reused by
+ * every layer, and two stream slots in turn (r0 and r2 share one), since nothing is read back. */
 static void carve(Model *m, Arena *a, int B, int T) {
     DeltaLm *lm = m->impl;
     size_t M = (size_t)B * T, MD = M * m->cfg.d_model, L = (size_t)m->cfg.n_layer;
+    int keep = !m->no_grad;
+    size_t slots = keep ? L : 1;
     lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->r = arena_floats(a, (2 * L + 1) * MD);
-    lm->xn = arena_floats(a, 2 * L * MD);
-    lm->rstd = arena_floats(a, 2 * L * M);
+    lm->r = arena_floats(a, (keep ? 2 * L + 1 : 2) * MD);
+    lm->xn = arena_floats(a, 2 * slots * MD);
+    lm->rstd = arena_floats(a, 2 * slots * M);
     lm->mper = deltanet_cache_floats(&lm->dc, B, T);
     lm->pper = mlp_cache_floats(&lm->mc, B, T);
-    lm->mcache = arena_floats(a, L * lm->mper);
-    lm->pcache = arena_floats(a, L * lm->pper);
+    lm->mcache = arena_floats(a, slots * lm->mper);
+    lm->pcache = arena_floats(a, slots * lm->pper);
     size_t s1 = deltanet_scratch_floats(&lm->dc, B, T), s2 = mlp_scratch_floats(&lm->mc, B, T);
     lm->scratch = arena_floats(a, s1 > s2 ? s1 : s2);
     lm->tmp = arena_floats(a, MD);
-    lm->dz = arena_floats(a, MD);
-    lm->dxn = arena_floats(a, MD);
+    lm->dz = keep ? arena_floats(a, MD) : NULL;
+    lm->dxn = keep ? arena_floats(a, MD) : NULL;
 }
 
 static int plan(Model *m, int B, int T) {
@@ -210,19 +214,21 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     LmEnds *e = &lm->ends;
     lm_embed_fwd(m, e, ids, B, T);
     memcpy(lm->r, e->x0, MD * sizeof(float));
+    int keep = lm->dz != NULL;   /* planned without no_grad: see carve */
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const LayerW *w = &lm->w[l];
-        float *r0 = lm->r + 2 * l * MD, *r1 = r0 + MD, *r2 = r1 + MD;
-        float *x0 = lm->xn + 2 * l * MD, *x1 = x0 + MD, *s0 = lm->rstd + (size_t)2 * l * M, *s1 = s0 + M;
+        size_t at = keep ? (size_t)l : 0;
+        float *r0 = lm->r + 2 * at * MD, *r1 = r0 + MD, *r2 = keep ? r1 + MD : lm->r;
+        float *x0 = lm->xn + 2 * at * MD, *x1 = x0 + MD, *s0 = lm->rstd + 2 * at * M, *s1 = s0 + M;
         rmsnorm_fwd(x0, s0, r0, w->norm, M, D, eps);
-        deltanet_fwd(&lm->dc, &w->mix, lm->tmp, x0, lm->mcache + l * lm->mper, lm->scratch, NULL, B, T);
+        deltanet_fwd(&lm->dc, &w->mix, lm->tmp, x0, lm->mcache + at * lm->mper, lm->scratch, NULL, B, T);
         residual(r1, r0, lm->tmp, MD);
         rmsnorm_fwd(x1, s1, r1, w->norm2, M, D, eps);
-        mlp_fwd(&lm->mc, &w->mlp, lm->tmp, x1, NULL, NULL, lm->pcache + l * lm->pper, lm->scratch, B, T);
+        mlp_fwd(&lm->mc, &w->mlp, lm->tmp, x1, NULL, NULL, lm->pcache + at * lm->pper, lm->scratch, B, T);
         residual(r2, r1, lm->tmp, MD);
     }
     /* norm_f and the untied head */
-    const float *z = lm->r + 2 * (size_t)m->cfg.n_layer * MD;
+    const float *z = lm->r + (keep ? 2 * (size_t)m->cfg.n_layer * MD : 0);
     const float *Wh = model_tensor(m, m->params, HEAD_NAME);
     rmsnorm_fwd(e->hf, e->rstd_f, z, model_tensor(m, m->params, NORM_F_NAME), M, D, eps);
     e->has_targets = targets != NULL;
@@ -247,6 +253,7 @@ static void bwd(Model *m) {
     const int B = m->B, T = m->T, M = B * T, D = m->cfg.d_model, L = m->cfg.n_layer;
     const size_t MD = (size_t)M * D;
     LmEnds *e = &lm->ends;
+    CHECK(lm->dz, "model_bwd after a no_grad forward (nothing was kept for the backward)");
     CHECK(e->has_targets, "model_bwd needs a forward with targets");
     const float *z = lm->r + 2 * (size_t)L * MD;
     memset(e->dhf, 0, MD * sizeof(float));
