@@ -73,15 +73,23 @@ static void check_ref(const char *path) {
     st_free(&f);
 }
 
-/* Token-by-token step must reproduce the parallel forward for every family. */
-static void check_step(const char *model, const char *const *kv) {
+/* A freshly initialised `model` with the given keys; returns 0 (and says why) if it cannot be made. */
+static int make_model(Model *m, const char *model, const char *const *kv, uint64_t seed) {
     ModelCfg c;
     cfg_defaults(&c);
     cfg_set(&c, "model", model);
     for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
+    int ok = model_create(m, &c) == 0;
+    TH_CHECK(ok, "%s: %s", model, err_msg());
+    if (ok) model_init_params(m, seed);
+    return ok;
+}
+
+/* Token-by-token step must reproduce the parallel forward for every family. */
+static void check_step(const char *model, const char *const *kv) {
     Model m;
-    TH_CHECK(model_create(&m, &c) == 0, "%s: %s", model, err_msg());
-    model_init_params(&m, 3);
+    if (!make_model(&m, model, kv, 3)) return;
+    const ModelCfg c = m.cfg;
     enum { B = 2, T = 70 };  /* T > SSD_CHUNK: the chunked scan against the recurrent step */
     int ids[B * T], col[B];
     Rng r;
@@ -147,13 +155,8 @@ static void check_init(void) {
 /* A no_grad forward (evaluation) keeps no backward state: the same logits and loss, bitwise, from a
  * smaller activation plan; a later ordinary forward plans again and its backward works. */
 static void check_no_grad(const char *model, const char *const *kv) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", model);
-    for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
     Model m;
-    TH_CHECK(model_create(&m, &c) == 0, "%s: %s", model, err_msg());
-    model_init_params(&m, 5);
+    if (!make_model(&m, model, kv, 5)) return;
     enum { B = 3, T = 20 };
     int ids[B * T], tg[B * T];
     Rng r;
