@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../src/core/check.h"
+#include "../src/core/fsutil.h"
 #include "../src/tok/tokenizer.h"
 
 static int fail(const char *hint) {
@@ -41,33 +42,9 @@ static void tok_help(FILE *f) {
 static int slurp(const char *path, char **buf, size_t *n) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) return err_set(IM_EIO, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) break;
-        if (len == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-        }
-        size_t got = fread(b + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
+    int rc = fs_read_all(f, 0, buf, n);
     if (f != stdin) fclose(f);
-    if (!b) return err_set(IM_ENOMEM, "out of memory reading '%s'", path);
-    if (bad) {
-        free(b);
-        return err_set(IM_EIO, "cannot read '%s': %s", path, strerror(errno));
-    }
-    *buf = b;
-    *n = len;
-    return IM_OK;
+    return rc ? err_wrap(rc, "cannot read '%s'", path) : IM_OK;
 }
 
 static int parse_int_opt(const char *opt, const char *s, long lo, long hi, int *out) {

@@ -1,10 +1,13 @@
 /* fsutil.c: see fsutil.h. */
 #include "fsutil.h"
 
+#include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "check.h"
 
 void fs_sync_dir(const char *path) {
     char dir[4096];
@@ -18,4 +21,40 @@ void fs_sync_dir(const char *path) {
         fsync(fd);
         close(fd);
     }
+}
+
+int fs_read_all(FILE *f, size_t max, char **buf, size_t *n) {
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    if (!b) return err_set(IM_ENOMEM, "out of memory");
+    for (;;) {
+        if (len + 1 >= cap) {   /* keep one byte for the NUL */
+            if (max > 0 && len > max) {
+                free(b);
+                return err_set(IM_EFORMAT, "larger than %zu bytes", max);
+            }
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                return err_set(IM_ENOMEM, "out of memory after %zu bytes", len);
+            }
+            b = nb;
+        }
+        size_t got = fread(b + len, 1, cap - 1 - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        free(b);
+        return err_set(IM_EIO, "read error: %s", strerror(e));
+    }
+    if (max > 0 && len > max) {
+        free(b);
+        return err_set(IM_EFORMAT, "larger than %zu bytes", max);
+    }
+    b[len] = 0;
+    *buf = b;
+    *n = len;
+    return IM_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../core/fsutil.h"
 #include "json.h"
 #include "refcfg.h"
 
@@ -70,24 +71,10 @@ int keyjson_read_file(const char *path, char **text, size_t *len) {
     *text = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(IM_EIO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 1024 > cap) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); return err_set(IM_ENOMEM, "%s: too large", path); }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
+    size_t n = 0;
+    int rc = fs_read_all(f, 0, text, &n);
     fclose(f);
-    if (bad) { free(buf); return err_set(IM_EIO, "cannot read %s", path); }
-    buf[n] = 0;
-    *text = buf;
+    if (rc) return err_wrap(rc, "cannot read %s", path);
     if (len) *len = n;
     return IM_OK;
 }

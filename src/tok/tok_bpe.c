@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../core/fsutil.h"
 #include "tok_impl.h"
 
 /* ---- pre-tokenisation ------------------------------------------------------------------------- */
@@ -389,39 +390,9 @@ static int read_merge(Lines *r, long long i, const BpeHeader *h, int *a, int *b)
 int tok_read_file(const char *path, char **buf, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(IM_EIO, "tokenizer '%s': cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    int rc = IM_OK;
-    while (b) {
-        if (len == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                rc = err_set(IM_EFORMAT, "tokenizer '%s': larger than %zu bytes", path, MAX_FILE_BYTES);
-                break;
-            }
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-        }
-        size_t got = fread(b + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) rc = err_set(IM_EIO, "tokenizer '%s': read error: %s", path, strerror(errno));
-            break;
-        }
-    }
+    int rc = fs_read_all(f, MAX_FILE_BYTES, buf, n);
     fclose(f);
-    if (!b && !rc) rc = err_set(IM_ENOMEM, "tokenizer '%s': out of memory", path);
-    if (rc) {
-        free(b);
-        return rc;
-    }
-    *buf = b;
-    *n = len;
-    return IM_OK;
+    return rc ? err_wrap(rc, "tokenizer '%s'", path) : IM_OK;
 }
 
 /* Build the merges and token texts from the merge lines. */
