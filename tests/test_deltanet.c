@@ -227,7 +227,7 @@ static void test_kernel_threads(Rng *r) {
     float *o[2], *S[2], *d[2][5];
     size_t n[5] = {x.nq, x.nk, x.nv, x.nb, x.ng};
     for (int run = 0; run < 2; run++) {
-        k_set_threads(run ? 3 : 1);
+        k_set_threads(run ? 3 : th_thread_base());
         o[run] = th_alloc(x.no), S[run] = th_alloc(x.ns);
         for (int i = 0; i < 5; i++) d[run][i] = th_alloc(n[i]);
         k_delta_fwd(o[run], S[run], x.q, x.k, x.v, x.beta, x.g, B, T, H, nh, K, V);
@@ -237,7 +237,7 @@ static void test_kernel_threads(Rng *r) {
     k_set_threads(keep);
     int same = bits_equal(o[0], o[1], x.no) && bits_equal(S[0], S[1], x.ns);
     for (int i = 0; i < 5; i++) same &= bits_equal(d[0][i], d[1][i], n[i]);
-    TH_CHECK(same, "delta kernels differ between 1 and 3 threads");
+    TH_CHECK(same, "delta kernels differ between %d and 3 threads", th_thread_base());
     for (int run = 0; run < 2; run++) {
         free(o[run]); free(S[run]);
         for (int i = 0; i < 5; i++) free(d[run][i]);

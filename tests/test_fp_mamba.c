@@ -7,7 +7,7 @@
  *    2 evaluations and the output equals one application from any Y*;
  *  - sequential mode (token by token, per-token fixed points, committed states) equals the
  *    parallel fixed point within the solver threshold (spec App E.6);
- *  - bit-identical results at 1 and 2 threads.
+ *  - bit-identical results at two thread counts (2 and 3 in a BLAS build, 1 and 2 otherwise).
  */
 #include "th.h"
 #include "gradcheck.h"
@@ -134,19 +134,21 @@ static void test_threads(void) {
     float *o1 = th_alloc((size_t)4 * 9 * DM), *d1 = th_alloc(b->t.total);
     FpoOpts o;
     fpo_opts_default(&o);
-    k_set_threads(1);
+    int t0 = th_thread_base(), keep = k_get_threads();
+    k_set_threads(t0);
     memset(b->dtheta, 0, b->t.total * sizeof(float));
     memset(b->deff, 0, b->neff * sizeof(float));
     TH_CHECK(fp_mamba_fwd(&k.c, &k.w, o1, b->u, &o, NULL, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
     fp_mamba_bwd(&k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
     memcpy(d1, b->dtheta, b->t.total * sizeof(float));
-    k_set_threads(2);
+    k_set_threads(t0 + 1);
     memset(b->dtheta, 0, b->t.total * sizeof(float));
     memset(b->deff, 0, b->neff * sizeof(float));
     TH_CHECK(fp_mamba_fwd(&k.c, &k.w, b->out, b->u, &o, NULL, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
     fp_mamba_bwd(&k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
-    TH_CHECK(!memcmp(o1, b->out, (size_t)4 * 9 * DM * sizeof(float)), "forward bit-identical at 1 and 2 threads");
-    TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "gradients bit-identical at 1 and 2 threads");
+    k_set_threads(keep);
+    TH_CHECK(!memcmp(o1, b->out, (size_t)4 * 9 * DM * sizeof(float)), "forward bit-identical at %d and %d threads", t0, t0 + 1);
+    TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "gradients bit-identical at %d and %d threads", t0, t0 + 1);
     free(o1); free(d1);
     case_free(&k);
 }
