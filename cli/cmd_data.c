@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../src/core/check.h"
+#include "../src/core/fsutil.h"
 #include "../src/data/datafile.h"
 #include "../src/data/task.h"
 #include "../src/data/textdata.h"
@@ -260,7 +261,7 @@ static int cmd_show(int argc, char **argv) {
         else rc = err_set(IM_EINVAL, "unknown option '%s' for `implicit data show`", argv[i]);
         if (rc) return fail("implicit data show FILE [--rows 3] [--cols 32]");
     }
-    FILE *probe = fopen(argv[0], "rb");
+    FILE *probe = fs_open_regular(argv[0], NULL); /* NULL: datafile_open below says why */
     char magic[8] = {0};
     if (probe) {
         if (fread(magic, 1, 8, probe) != 8) magic[0] = 0;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -57,4 +58,32 @@ int fs_read_all(FILE *f, size_t max, char **buf, size_t *n) {
     *buf = b;
     *n = len;
     return IM_OK;
+}
+
+FILE *fs_open_regular(const char *path, const char *what) {
+    const char *w = what ? what : "", *sp = what ? " " : "";
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        err_set(IM_EIO, "cannot open %s%s'%s': %s", w, sp, path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        err_set(IM_EIO, "cannot stat %s%s'%s': %s", w, sp, path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        err_set(IM_EIO, "%s%s'%s' is not a regular file", w, sp, path);
+        close(fd);
+        return NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        err_set(IM_EIO, "cannot open %s%s'%s': %s", w, sp, path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }

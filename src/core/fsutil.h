@@ -15,4 +15,11 @@ void fs_sync_dir(const char *path);
  * with err_wrap. */
 int fs_read_all(FILE *f, size_t max, char **buf, size_t *n);
 
+/* Open `path` for binary reading only if it is a regular file: readers whose format needs the
+ * file's size (checkpoints, data and token files) must neither block on a FIFO with no writer nor
+ * read a device. The open itself does not block (O_NONBLOCK, cleared once the file is known to be
+ * regular). Returns the stream, or NULL with err_msg set to "cannot open 'path': reason" or
+ * "'path' is not a regular file"; `what` ("token file", ...) starts the message when not NULL. */
+FILE *fs_open_regular(const char *path, const char *what);
+
 #endif

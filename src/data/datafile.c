@@ -121,8 +121,8 @@ void datafile_abort(DataWriter *w) {
 
 int datafile_open(DataReader *r, const char *path) {
     memset(r, 0, sizeof *r);
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(IM_EIO, "cannot open '%s'", path);
+    FILE *f = fs_open_regular(path, NULL);
+    if (!f) return IM_EIO;
     unsigned char hd[DATAFILE_HEADER_BYTES];
     /* the size is checked against the header before any row is trusted */
     off_t size = -1;

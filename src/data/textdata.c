@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "../core/check.h"
+#include "../core/fsutil.h"
 #include "../io/atomic.h"
 #include "../tok/tokenizer.h"
 
@@ -92,8 +93,8 @@ int textdata_write(const char *path, const char *spec, int vocab, const int *tra
 
 int textdata_open(TextData **out, const char *path) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(IM_EIO, "cannot open token file %s: %s", path, strerror(errno));
+    FILE *f = fs_open_regular(path, "token file");
+    if (!f) return IM_EIO;
     struct stat st;
     TextData *d = xcalloc(1, sizeof *d);
     int rc = IM_OK;

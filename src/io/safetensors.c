@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "../core/fsutil.h"
 #include "atomic.h"
 #include "json.h"
 
@@ -381,8 +382,8 @@ int st_read(StFile *f, const char *path) {
     check_little_endian();
     CHECK(f && path, "st_read: NULL file or path");
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set(IM_EIO, "st: cannot open '%s': %s", path, strerror(errno));
+    FILE *fp = fs_open_regular(path, NULL); /* never blocks on a FIFO */
+    if (!fp) return err_wrap(IM_EIO, "st");
     int rc = read_file(f, fp, path);
     fclose(fp);
     if (rc) st_free(f);
