@@ -107,7 +107,7 @@ static int write_json(const char *path, const char *ckpt, const Model *m, const 
     json_buf_strn(&b, sink->text ? sink->text : "", sink->len);
     json_buf_end_obj(&b);
     json_buf_append(&b, "\n", 1);
-    int rc = b.failed ? err_set(IM_ENOMEM, "out of memory writing %s", path) : atomic_write_bytes(path, b.data, b.len);
+    int rc = b.failed ? err_set(IM_ENOMEM, "out of memory writing %s", path) : report_write_bytes(path, b.data, b.len);
     json_buf_free(&b);
     return rc;
 }
@@ -180,6 +180,7 @@ int cmd_generate(int argc, char **argv) {
     }
     GenArgs a;
     if (parse_args(&a, argc, argv)) return 1;
+    if (report_is_stdout(a.json_out)) report_reserve_stdout();   /* the text to stderr, the JSON alone to stdout */
     const char *ckpt = a.ckpt, *prompt = a.prompt, *tok_spec_arg = a.tok_spec, *json_out = a.json_out;
     SampleCfg sc = a.sc;
     GenOpts go = a.go;

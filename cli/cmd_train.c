@@ -292,6 +292,12 @@ int cmd_eval(int argc, char **argv) {
     }
     if (samples > 0) tc.eval_samples = samples;
     if (batch < 1) { model_free(&m); err_set(IM_EINVAL, "--batch must be >= 1"); return fail(NULL); }
+    if (pos_buckets > 0 && report_is_stdout(csv_out)) {
+        model_free(&m);
+        err_set(IM_EINVAL, "--csv %s with --pos_buckets: the positions CSV goes beside the CSV file; give a file name", csv_out);
+        return fail(NULL);
+    }
+    if (report_is_stdout(json_out) || report_is_stdout(csv_out)) report_reserve_stdout();   /* tables to stderr */
     Task *task;
     if (task_create(&task, &tc)) { model_free(&m); return fail("run `implicit eval --help`"); }
     if (task_vocab(task) != m.cfg.vocab_size) {

@@ -17,6 +17,7 @@
 #include "../src/core/log.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/kernels.h"
+#include "../src/io/atomic.h"
 #include "../src/io/json.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/config.h"

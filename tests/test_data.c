@@ -614,7 +614,7 @@ static void test_datafile(void) {
     /* an unfinished writer leaves nothing behind */
     TH_CHECK(datafile_create(&w, trunc, &h) == IM_OK, "create 2");
     TH_CHECK(datafile_put(&w, 0, 3, ids, tg) == IM_OK, "put 3 rows");
-    TH_CHECK(datafile_commit(&w) == IM_EINVAL && access(w.tmp, F_OK) != 0, "commit of a short file fails and removes the temp");
+    TH_CHECK(datafile_commit(&w) == IM_EINVAL && access(w.file.tmp, F_OK) != 0, "commit of a short file fails and removes the temp");
     h.V = 70000;
     TH_CHECK(datafile_create(&w, trunc, &h) == IM_EINVAL, "V > 65535 rejected");
     remove(path);

@@ -208,13 +208,13 @@ static void test_atomic(void) {
     int rc = st_write(path, &t_small, 1, NULL);
     TH_CHECK(rc == IM_EIO && strstr(err_msg(), "missing/dir/x.safetensors.tmp.") && strstr(err_msg(), strerror(ENOENT)),
              "missing dir: rc %d, %s", rc, err_msg());
-    /* The path is a directory: the temp file is written, the rename fails, the temp goes. */
+    /* The path is a directory: refused before anything is written, no temp is left. */
     in_dir(dpath, "adir");
     TH_CHECK(mkdir(dpath, 0755) == 0, "mkdir");
     rc = st_write(dpath, &t_small, 1, NULL);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dpath, (long)getpid());
     struct stat sb;
-    TH_CHECK(rc == IM_EIO && strstr(err_msg(), "rename") && strstr(err_msg(), "adir"), "path is a dir: %s", err_msg());
+    TH_CHECK(rc == IM_EIO && strstr(err_msg(), "is a folder") && strstr(err_msg(), "adir"), "path is a dir: %s", err_msg());
     TH_CHECK(stat(tmp, &sb) != 0 && errno == ENOENT && stat(dpath, &sb) == 0 && S_ISDIR(sb.st_mode),
              "no temp left, directory untouched");
     /* A write that fails part way (file size limit; works as root too) keeps the old file. */

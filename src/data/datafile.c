@@ -6,14 +6,13 @@
  */
 #include "datafile.h"
 
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <unistd.h>
 
 #include "../core/check.h"
 #include "../core/fsutil.h"
+#include "../io/atomic.h"
 #include "task.h"
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -46,12 +45,10 @@ int datafile_create(DataWriter *w, const char *path, const DataHeader *h) {
     w->h.version = DATAFILE_VERSION;
     int rc = check_header(&w->h);
     if (rc) return rc;
-    if (strlen(path) >= sizeof w->path) return err_set(IM_EINVAL, "output path is too long");
-    snprintf(w->path, sizeof w->path, "%s", path);
-    /* the pid keeps two concurrent dumps to one name from sharing a temp file */
-    snprintf(w->tmp, sizeof w->tmp, "%s.tmp%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) return err_set(IM_EIO, "cannot write '%s': cannot create its temp file '%s'", path, w->tmp);
+    /* the temp file of the output-path rule (io/atomic.h): never a device or FIFO, since rows are
+     * written out of order (seeks) */
+    if ((rc = atomic_open(&w->file, path))) return rc;
+    w->f = w->file.f;
     unsigned char hd[DATAFILE_HEADER_BYTES];
     memcpy(hd, DATAFILE_MAGIC, 8);
     put_u32(hd + 8, w->h.version);
@@ -90,7 +87,7 @@ int datafile_put(DataWriter *w, uint32_t row0, uint32_t n, const int *ids, const
         rc = encode(buf, which ? targets : ids, cells, w->h.V, which);
         if (rc) break;
         if (fseeko(w->f, row_offset(&w->h, row0, which), SEEK_SET) || fwrite(buf, 1, 2 * cells, w->f) != 2 * cells)
-            rc = err_set(IM_EIO, "cannot write '%s'", w->tmp);
+            rc = err_set(IM_EIO, "cannot write '%s'", w->file.tmp);
     }
     free(buf);
     return rc;
@@ -100,23 +97,16 @@ int datafile_commit(DataWriter *w) {
     CHECK(w->f, "datafile_commit on a closed writer");
     /* the file must reach its full size even if the last rows were never put */
     int ok = !fseeko(w->f, 0, SEEK_END) && ftello(w->f) == row_offset(&w->h, w->h.N, 1);
-    if (!ok) { datafile_abort(w); return err_set(IM_EINVAL, "not every row of '%s' was written", w->path); }
+    if (!ok) { datafile_abort(w); return err_set(IM_EINVAL, "not every row of '%s' was written", w->file.path); }
     /* data on disk before the rename publishes it: a crash leaves the old file or the new one */
-    ok = !fflush(w->f) && !fsync(fileno(w->f));
-    ok = !fclose(w->f) && ok;
     w->f = NULL;
-    if (!ok || rename(w->tmp, w->path)) {
-        remove(w->tmp);
-        return err_set(IM_EIO, "cannot write '%s'", w->path);
-    }
-    fs_sync_dir(w->path);
-    return IM_OK;
+    int rc = atomic_commit(&w->file);
+    return rc ? err_wrap(rc, "cannot write '%s'", w->file.path) : IM_OK;
 }
 
 void datafile_abort(DataWriter *w) {
-    if (w->f) fclose(w->f);
     w->f = NULL;
-    if (w->tmp[0]) remove(w->tmp);
+    atomic_abort(&w->file);
 }
 
 int datafile_open(DataReader *r, const char *path) {

@@ -11,7 +11,8 @@
  *   then       N*T u16  targets, row-major; 0xFFFF = not scored (TASK_IGNORE in memory)
  * The file size is exactly 28 + 4*N*T, which the reader checks, so a truncated or foreign file is
  * rejected before any row is read. Writes go to a temp file that is fsync'ed and renamed, so a
- * crash never leaves a half-written file under the final name.
+ * crash never leaves a half-written file under the final name; a device, FIFO or folder at the
+ * path is refused (the output-path rule of io/atomic.h).
  * Out of scope: compression, reading into training (tasks are generated on the fly).
  */
 #ifndef IMPLICIT_DATAFILE_H
@@ -19,6 +20,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "../io/atomic.h"
 
 #define DATAFILE_MAGIC "IMPLDATA"
 #define DATAFILE_VERSION 1u
@@ -31,10 +34,9 @@ typedef struct {
 } DataHeader;
 
 typedef struct {
-    FILE *f;
+    FILE *f;           /* = file.f while open */
     DataHeader h;
-    char path[1024];   /* final name */
-    char tmp[1040];    /* temp name written until commit */
+    AtomicFile file;   /* the temp file and the final name */
 } DataWriter;
 
 /* Create the temp file for `path` and write the header (h->version is set to 1). IM_EINVAL on a

@@ -1,6 +1,25 @@
-/* atomic.h: write a whole file so that readers see the old file or the new one, never a part:
- * write "<path>.tmp.<pid>" in the same folder, fflush + fsync, rename over path, fsync the folder.
- * On any failure the temp file is removed and an existing file at path is untouched. */
+/* atomic.h: the output-path rule that every writer in implicit follows, kept in this one place.
+ *
+ * Outputs come in two kinds:
+ *   files    are read back later (checkpoints, training state, config.json, log rewrites, token
+ *            files, data dumps, tokenizer files), so they must be whole: atomic_write, AtomicFile.
+ *   reports  are read by people and scripts, often through a pipe (eval --json / --csv,
+ *            generate --json, mc --json): report_write.
+ * What happens depends on what the path names when the write starts:
+ *   nothing, a regular file   replaced atomically: "<path>.tmp.<pid>" in the same folder, fflush +
+ *                             fsync, rename over path, fsync the folder. Readers see the old file
+ *                             or the new one, never a part; on failure the temp file is removed
+ *                             and the old file is untouched. A symbolic link to a regular file
+ *                             keeps the link: its target is replaced.
+ *   "-"                       reports: standard output. Files: refused (to write a file called
+ *                             "-", write ./-).
+ *   char device, FIFO, socket reports: opened and written in place (/dev/stdout, /dev/null, a
+ *                             named pipe); never renamed over, never unlinked. Files: refused,
+ *                             since a file must be complete and the device must never be replaced.
+ *   block device              refused: writing to it would overwrite a disk.
+ *   folder                    refused.
+ * Refusals return IM_EIO with a message that names the path and what it is; nothing at the path
+ * is touched. */
 #ifndef IMPLICIT_ATOMIC_H
 #define IMPLICIT_ATOMIC_H
 
@@ -11,6 +30,29 @@
 int atomic_write(const char *path, int (*emit)(FILE *f, void *ctx), void *ctx);
 /* Convenience: write len bytes. */
 int atomic_write_bytes(const char *path, const void *data, size_t len);
+
+/* The same for a report: "-" and character devices, FIFOs and sockets are written in place. */
+int report_write(const char *path, int (*emit)(FILE *f, void *ctx), void *ctx);
+int report_write_bytes(const char *path, const void *data, size_t len);
+/* 1 when path is "-" (a report to standard output). */
+int report_is_stdout(const char *path);
+/* A command that will write a report to "-" calls this before it prints anything: from then on
+ * its ordinary output (tables, generated text) goes to stderr, and standard output carries the
+ * reports alone, so `--json - | jq` reads JSON only. */
+void report_reserve_stdout(void);
+
+/* A file written in several steps (a writer that seeks): the temp file of the rule above.
+ * atomic_open applies the rule for files and creates f; atomic_commit syncs and renames it into
+ * place; on any failure, or on atomic_abort, the temp file is removed. */
+typedef struct {
+    FILE *f;           /* the temp file; NULL once committed or aborted */
+    char path[4096];   /* where it goes (a link's target when path was a link) */
+    char tmp[4200];    /* "<path>.tmp.<pid>" */
+} AtomicFile;
+int atomic_open(AtomicFile *a, const char *path);
+int atomic_commit(AtomicFile *a);
+void atomic_abort(AtomicFile *a);
+
 /* mkdir -p; IM_EIO with the path and reason on failure. */
 int make_dirs(const char *path);
 

@@ -300,7 +300,7 @@ static int emit_csv(FILE *f, void *ctx) {
 
 int eval_write_csv(const char *path, const EvalRow *rows, int n) {
     RowList l = {rows, n};
-    return atomic_write(path, emit_csv, &l);
+    return report_write(path, emit_csv, &l);
 }
 
 typedef struct {
@@ -328,7 +328,7 @@ static int emit_pos_csv(FILE *f, void *ctx) {
 
 int eval_write_pos_csv(const char *path, const EvalPos *pos, int n) {
     PosList l = {pos, n};
-    return atomic_write(path, emit_pos_csv, &l);
+    return report_write(path, emit_pos_csv, &l);
 }
 
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
@@ -412,7 +412,7 @@ int eval_write_json_pos(const char *path, const char *ckpt, const char *task, co
     if (n_pos > 0) json_positions(&b, pos, n_pos);
     json_buf_end_obj(&b);
     json_buf_append(&b, "\n", 1);
-    int rc = atomic_write_bytes(path, b.data, b.len);
+    int rc = report_write_bytes(path, b.data, b.len);
     json_buf_free(&b);
     return rc;
 }

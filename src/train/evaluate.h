@@ -61,7 +61,7 @@ int eval_positions(Model *m, const Task *t, int len, int width, int samples, int
 /* One markdown table per entry: positions, tokens, loss, perplexity. */
 void eval_print_positions(const EvalPos *pos, int n, FILE *f);
 /* CSV, one line per bucket: len,width,lo,hi,mode,max_iter,samples,tokens,loss,ppl (lo..hi inclusive
- * positions; max_iter empty for explicit models). Atomic write. */
+ * positions; max_iter empty for explicit models). A report (io/atomic.h; "-" = stdout). */
 int eval_write_pos_csv(const char *path, const EvalPos *pos, int n);
 
 /* Value of a metric by name ("seq_acc", "tok_acc", "last10_acc", "scaled_acc", "loss"); *higher_is_better set. */
@@ -77,13 +77,13 @@ void eval_length_summary(const EvalRow *rows, int n, const char *metric, double 
 /* The curve as CSV: a header line, then one line per row with the columns
  * len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds
  * (len "val" for the val mix; empty cells where a value does not apply), plus a last column ppl
- * when the rows are language-modelling rows (task lm). Atomic write. */
+ * when the rows are language-modelling rows (task lm). A report (io/atomic.h; "-" = stdout). */
 int eval_write_csv(const char *path, const EvalRow *rows, int n);
 /* The curve as JSON: {"checkpoint", "task", "metric", "threshold", "longest_len", "first_fail_len",
  * "rows": [{len, p?, samples, loss, ppl?, tok_acc, last10_acc, seq_acc, chance?, scaled_acc?, mode,
  * max_iter?, iters?, agree?, seconds}]} with len "val" plus len_min / len_max for the val mix.
  * ckpt, task may be NULL (left out); metric NULL leaves out metric, threshold and the length
- * summary (language models have no accuracy criterion). Atomic write. */
+ * summary (language models have no accuracy criterion). A report (io/atomic.h; "-" = stdout). */
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
                     double thr);
 /* The same, plus "positions": [{len, width, samples, mode, max_iter?, loss, ppl,

@@ -359,7 +359,7 @@ int mc_write_json(const char *path, const char *ckpt, const char *task_path, con
     }
     json_buf_end_obj(&b);
     json_buf_append(&b, "\n", 1);
-    int rc = b.failed ? err_set(IM_ENOMEM, "mc: out of memory writing %s", path) : atomic_write_bytes(path, b.data, b.len);
+    int rc = b.failed ? err_set(IM_ENOMEM, "mc: out of memory writing %s", path) : report_write_bytes(path, b.data, b.len);
     json_buf_free(&b);
     return rc;
 }

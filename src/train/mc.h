@@ -92,7 +92,7 @@ void mc_results_free(McItemResult *res, int n);
 /* {"checkpoint", "task", "tokenizer", "n", "acc", "acc_norm", "greedy_acc", "gold_loglik",
  *  "gold_nll_per_token", "n_split", "n_truncated", "iters", "seconds",
  *  "items": [{"line", "gold", "pred", "pred_norm", "loglik": [...], "tokens": [...]}]}.
- * Atomic write. */
+ * A report (io/atomic.h; "-" = stdout). */
 int mc_write_json(const char *path, const char *ckpt, const char *task_path, const char *tok_spec, const McTask *t,
                   const McItemResult *res, const McSummary *sum);
 
