@@ -46,6 +46,7 @@ static int run_one(const char *path, const char *out, int threads, DemoRow *row)
     int rc = load(path, &m, &t, &r, out);
     if (rc) return rc;
     if (threads > 0) r.threads = threads;
+    r.overwrite = 1;   /* the demo's own folders: every demo starts over */
     Trainer tr;
     double t0 = timer_now();
     fprintf(stderr, "== training %s (%s, %d steps) -> %s\n", m.model, path, r.steps, r.out);

@@ -53,10 +53,13 @@ static void bit_exact_resume(const char *family) {
     TrainCfg r;
     Trainer a, b;
     enum { N = 20 };
-    configs(&m, &t, &r, family, "full", N);
+    char full[64], half[64];   /* one pair of run folders per family: a folder holds one run */
+    snprintf(full, sizeof full, "full-%s", family);
+    snprintf(half, sizeof half, "half-%s", family);
+    configs(&m, &t, &r, family, full, N);
     TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s init: %s", family, err_msg());
     TH_CHECK(trainer_run(&a, 0) == 0, "%s run: %s", family, err_msg());
-    configs(&m, &t, &r, family, "half", N);
+    configs(&m, &t, &r, family, half, N);
     TH_CHECK(trainer_init(&b, &m, &t, &r) == 0, "%s init: %s", family, err_msg());
     TH_CHECK(trainer_run(&b, N / 2) == 0 && b.step == N / 2, "%s half run: %s", family, err_msg());
     double first[N];

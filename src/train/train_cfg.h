@@ -8,6 +8,7 @@
 
 #define TRAIN_CFG_KEYS(X)                                                                              \
     X(STR, out, "runs/run", "output folder: config.json, log.jsonl, model/best/state checkpoints")     \
+    X(INT, overwrite, 0, "1 = start over in an out folder that holds an earlier run (deletes its checkpoints and log)") \
     X(INT, steps, 1000, "optimizer steps")                                                             \
     X(INT, batch, 32, "sequences per micro-batch")                                                     \
     X(INT, grad_accum, 1, "micro-batches per optimizer step (gradients summed, loss averaged)")        \

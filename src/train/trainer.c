@@ -16,6 +16,7 @@
 #include "../models/ckpt.h"
 #include "dist.h"
 #include "progress.h"
+#include "rundir.h"
 #include "sched.h"
 
 #define STATE_FORMAT "implicit.state"
@@ -76,7 +77,12 @@ char *trainer_config_json(const ModelCfg *m, const TaskCfg *task, const TrainCfg
 }
 
 /* ---- setup ---------------------------------------------------------------------------------- */
-static int open_log(Trainer *t) {
+/* Claim the output folder (rundir.h: lock, no silent overwrite, stale temps, a resumed log cut
+ * back to resume_step; -1 = fresh run) and open the log for appending. */
+static int open_folder(Trainer *t, int resume_step) {
+    int rc = rundir_claim(t->cfg.out, resume_step, t->cfg.overwrite, &t->lock);
+    if (rc) return rc;
+    t->cfg.overwrite = 0;   /* an action at the start, not part of the run's recorded config */
     char path[4200];
     snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out);
     t->log = fopen(path, "a");
@@ -84,9 +90,10 @@ static int open_log(Trainer *t) {
     return IM_OK;
 }
 
-/* Everything shared by a fresh start and a resume, once the three configs are final. In an MPI
- * job every rank builds the same model; only rank 0 owns the output folder and the log. */
-static int setup(Trainer *t) {
+/* Everything shared by a fresh start and a resume (from resume_step; -1 = fresh), once the three
+ * configs are final. In an MPI job every rank builds the same model; only rank 0 owns the output
+ * folder and the log. */
+static int setup(Trainer *t, int resume_step) {
     int rc;
     if ((rc = train_cfg_validate(&t->cfg))) return rc;
     if (t->cfg.batch % dist_size())
@@ -106,8 +113,7 @@ static int setup(Trainer *t) {
     if (t->cfg.threads > 0) k_set_threads(t->cfg.threads);
     t->losses = xcalloc((size_t)t->cfg.steps, sizeof(double));
     if (dist_rank() != 0) return IM_OK;
-    if ((rc = make_dirs(t->cfg.out))) return rc;
-    return open_log(t);
+    return open_folder(t, resume_step);
 }
 
 int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg) {
@@ -117,7 +123,7 @@ int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const Train
     t->cfg = *cfg;
     t->best = NAN;
     t->saved_step = -1;
-    int rc = setup(t);
+    int rc = setup(t, -1);
     /* a language-model run records the tokenizer it was trained with (the token file's), so
      * checkpoints carry it to `implicit eval` / `generate` / `mc` */
     if (!rc && task_kind(t->task) == TASK_LM)
@@ -255,16 +261,18 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
     if (!rc && overrides) rc = overrides(t, ctx);
     if (!rc && (memcmp(&m0, &t->mcfg, sizeof m0) || memcmp(&t0, &t->tcfg, sizeof t0)))
         rc = err_set(IM_EINVAL, "--resume may change training keys only, not the model or the task");
-    if (!rc) rc = setup(t);
+    if (!rc && t->cfg.overwrite)
+        rc = err_set(IM_EINVAL, "--resume continues the run in '%s'; --overwrite starts a new one: give one of them", dir);
     unsigned long long step = 0, adam_t = 0, rs = 0, ri = 0, bs = 0, sk = 0;
     if (!rc) rc = meta_u64(&f, "step", &step, path);
+    if (!rc && step > (unsigned long long)t->cfg.steps)
+        rc = err_set(IM_EINVAL, "the state is at step %llu, beyond --steps %d", step, t->cfg.steps);
+    if (!rc) rc = setup(t, (int)step);
     if (!rc) rc = meta_u64(&f, "adam_t", &adam_t, path);
     if (!rc) rc = meta_u64(&f, "rng_state", &rs, path);
     if (!rc) rc = meta_u64(&f, "rng_inc", &ri, path);
     if (!rc) rc = meta_u64(&f, "best_step", &bs, path);
     if (!rc) rc = meta_u64(&f, "skipped", &sk, path);
-    if (!rc && (int)step > t->cfg.steps)
-        rc = err_set(IM_EINVAL, "the state is at step %llu, beyond --steps %d", step, t->cfg.steps);
     if (!rc) rc = load_block(&f, path, "param.", &t->model.tab, t->model.params);
     if (!rc) rc = load_block(&f, path, "adam.m.", &t->model.tab, t->opt.m);
     if (!rc) rc = load_block(&f, path, "adam.v.", &t->model.tab, t->opt.v);
@@ -554,6 +562,7 @@ int trainer_run(Trainer *t, int stop_at) {
 
 void trainer_free(Trainer *t) {
     if (t->log) fclose(t->log);
+    rundir_release(t->lock);
     if (t->task) task_free(t->task);
     adamw_free(&t->opt);
     model_free(&t->model);

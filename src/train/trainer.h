@@ -13,7 +13,10 @@
  *   state.safetensors  everything resume needs: weights, AdamW moments, step, RNG state.
  *                      It holds the weights too so that it is self-consistent on its own: a kill
  *                      between two file renames can never pair moments with other weights.
- * Every file is written atomically (temp, fsync, rename).
+ *   .lock              the pid of the process that owns the folder (flock'ed for the whole run)
+ * Every file is written atomically (temp, fsync, rename). One process owns the folder (rundir.h):
+ * a second run into it fails naming the owner's pid, and a fresh run does not replace an earlier
+ * one unless cfg.overwrite is set.
  */
 #ifndef IMPLICIT_TRAINER_H
 #define IMPLICIT_TRAINER_H
@@ -41,15 +44,17 @@ typedef struct {
     int saved_step;       /* step of the latest model.safetensors (-1: none written yet) */
     const char *phase;    /* implicit models: the current curriculum phase (logged when it changes) */
     FILE *log;            /* log.jsonl */
+    FILE *lock;           /* cfg.out/.lock, held for the whole run (rank 0; NULL elsewhere) */
     EvalRow *last_eval;   /* results of the latest evaluation */
     int n_last_eval;
     double *losses;       /* (cfg.steps) training loss per step, for tests and summaries */
 } Trainer;
 
-/* Fresh run: validate everything, create cfg.out, write config.json, init the model. */
+/* Fresh run: validate everything, create and claim cfg.out, write config.json, init the model. */
 int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg);
 /* Resume from dir/state.safetensors with the configs in dir/config.json; `overrides` may change
- * training keys (e.g. steps) but not the model or task. */
+ * training keys (e.g. steps) but not the model or task. Claims dir and cuts its log.jsonl back
+ * to the resumed step. */
 int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void *), void *ctx);
 /* Train until cfg.steps (or until `stop_at` steps if > 0, for tests). */
 int trainer_run(Trainer *t, int stop_at);
