@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "../src/core/check.h"
+#include "../src/core/fsutil.h"
+#include "../src/io/json.h"
 #include "../src/io/keyjson.h"
 #include "../src/models/ckpt.h"
 #include "../src/train/sched.h"
@@ -170,6 +172,107 @@ static void kill_during_write(void) {
     model_free(&a);
 }
 
+/* The records of a run's log.jsonl: every line must be a JSON object; *n_train, *n_eval count
+ * them, steps[k] counts the train records of step k. Returns 0 when a line is torn or invalid. */
+static int read_log(const char *out, int *n_train, int *n_eval, int *steps, int max_step) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", out);
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t n = 0;
+    int ok = f && fs_read_all(f, 0, &text, &n) == IM_OK;
+    if (f) fclose(f);
+    *n_train = *n_eval = 0;
+    memset(steps, 0, sizeof(int) * (size_t)(max_step + 1));
+    for (size_t i = 0; ok && i < n;) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        Json *j = NULL;
+        ok = nl && json_parse(&j, text + i, (size_t)(nl - text - i)) == IM_OK && j->type == JSON_OBJECT;
+        const Json *type = json_get(j, "type"), *step = json_get(j, "step");
+        ok = ok && type && step && step->type == JSON_NUMBER && step->number >= 0 && step->number <= max_step;
+        if (ok && !strcmp(type->string, "train")) (*n_train)++, steps[(int)step->number]++;
+        else if (ok) (*n_eval)++;
+        json_free(j);
+        i = nl ? (size_t)(nl - text) + 1 : n;
+    }
+    free(text);
+    return ok;
+}
+
+static void touch(const char *out, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", out, name);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("left over\n", f), fclose(f);
+}
+
+static int exists(const char *out, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", out, name);
+    return access(path, F_OK) == 0;
+}
+
+/* One process owns a run folder: a second trainer there (fresh or resumed) fails naming the
+ * owner's pid; a finished run is not replaced without overwrite; a resume removes the temp files
+ * killed writers left and cuts log.jsonl back to the checkpoint's step, so no step is logged twice. */
+static void run_folder(void) {
+    enum { N = 20 };
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a, b;
+    configs(&m, &t, &r, "lstm", "owned", N);
+    char pid[32], name[64];
+    snprintf(pid, sizeof pid, "pid %ld ", (long)getpid());
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "init: %s", err_msg());
+    int rc = trainer_init(&b, &m, &t, &r);
+    TH_CHECK(rc == IM_EIO && strstr(err_msg(), "in use") && strstr(err_msg(), pid), "second trainer: rc %d, %s", rc,
+             err_msg());
+    TH_CHECK(trainer_run(&a, 15) == 0, "run: %s", err_msg());   /* checkpoint at 10, log records up to 15 */
+    rc = trainer_resume(&b, r.out, NULL, NULL);
+    TH_CHECK(rc == IM_EIO && strstr(err_msg(), pid), "resume into a folder in use: rc %d, %s", rc, err_msg());
+    trainer_free(&a);   /* "killed" at step 15: steps 11..15 are logged but in no checkpoint */
+    /* leftovers of killed writers: a temp of the run's own file, and temps of another writer,
+     * one alive (this process) and one gone; and a torn last log line */
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    waitpid(gone, NULL, 0);
+    touch(r.out, "model.safetensors.tmp.1");
+    snprintf(name, sizeof name, "eval.json.tmp.%ld", (long)getpid());
+    touch(r.out, name);
+    char gone_name[64], log[512];
+    snprintf(gone_name, sizeof gone_name, "eval.json.tmp.%ld", (long)gone);
+    touch(r.out, gone_name);
+    snprintf(log, sizeof log, "%s/log.jsonl", r.out);
+    FILE *f = fopen(log, "a");
+    if (f) fputs("{\"type\": \"train\", \"step\": 16, \"lo", f), fclose(f);
+    /* a fresh run into it: refused, the old run untouched */
+    rc = trainer_init(&b, &m, &t, &r);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "already holds a training run") && strstr(err_msg(), "--overwrite"),
+             "fresh run over a finished one: rc %d, %s", rc, err_msg());
+    TH_CHECK(exists(r.out, "state.safetensors") && exists(r.out, "model.safetensors"), "the old run is untouched");
+    int n_train, n_eval, steps[N + 1];
+    TH_CHECK(trainer_resume(&b, r.out, NULL, NULL) == 0 && b.step == 10, "resume: %s", err_msg());
+    TH_CHECK(!exists(r.out, "model.safetensors.tmp.1") && !exists(r.out, gone_name) && exists(r.out, name),
+             "stale temps removed (the run's own, a dead writer's), a live writer's kept");
+    TH_CHECK(read_log(r.out, &n_train, &n_eval, steps, 10) && n_train == 2 && n_eval > 0,
+             "log cut back to step 10: valid JSONL, %d train records (want 2: steps 5, 10)", n_train);
+    int evals_at_10 = n_eval;
+    TH_CHECK(trainer_run(&b, 0) == 0, "resumed run: %s", err_msg());
+    trainer_free(&b);
+    int once = read_log(r.out, &n_train, &n_eval, steps, N);
+    for (int k = 5; k <= N; k += 5) once &= steps[k] == 1;
+    TH_CHECK(once && n_train == 4 && n_eval == 2 * evals_at_10,
+             "after resume: each step logged once (%d train, %d eval records)", n_train, n_eval);
+    /* overwrite starts over: the old checkpoints and log are gone, the flag is not recorded */
+    r.overwrite = 1;
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "overwrite: %s", err_msg());
+    TH_CHECK(!exists(r.out, "state.safetensors") && !exists(r.out, "best.safetensors") &&
+             read_log(r.out, &n_train, &n_eval, steps, N) && n_train + n_eval == 0 && a.cfg.overwrite == 0,
+             "overwrite deleted the earlier run");
+    trainer_free(&a);
+}
+
 static void config_parsing(void) {
     ModelCfg m;
     TaskCfg t;
@@ -240,6 +343,7 @@ int main(void) {
     grad_accum();
     nan_stop();
     kill_during_write();
+    run_folder();
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     TH_CHECK(system(cmd) == 0, "cleanup");
     return th_done();

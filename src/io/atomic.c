@@ -23,7 +23,9 @@ static int reserved_stdout = -1;
 static int own_fd(const char *path) {
     if (!strcmp(path, "/dev/stdout")) return STDOUT_FILENO;
     if (!strcmp(path, "/dev/stderr")) return STDERR_FILENO;
-    const char *digits = !strncmp(path, "/dev/fd/", 8) ? path + 8 : !strncmp(path, "/proc/self/fd/", 14) ? path + 14 : NULL;
+    const char *digits = !strncmp(path, "/dev/fd/", 8)         ? path + 8
+                         : !strncmp(path, "/proc/self/fd/", 14) ? path + 14
+                                                                : NULL;
     if (!digits || !*digits || strlen(digits) > 6 || strspn(digits, "0123456789") != strlen(digits)) return -1;
     return atoi(digits);
 }
@@ -59,7 +61,8 @@ static int classify(const char *path, int report, char *target, size_t cap, int 
         if (!strcmp(path, "-"))
             return err_set(IM_EIO, "'-' (standard output) cannot take this output: it is written only to a regular file; "
                                    "to create a file called '-', write ./-");
-        return err_set(IM_EIO, "'%s' is an open descriptor: this output is written only to a regular file (atomically)", path);
+        return err_set(IM_EIO, "'%s' is an open descriptor: this output is written only to a regular file (atomically)",
+                       path);
     }
     if (strlen(path) >= cap) return err_set(IM_EIO, "output path too long: '%.64s...'", path);
     snprintf(target, cap, "%s", path);
