@@ -190,6 +190,14 @@ static void rejections(void) {
     rc = trainer_init(&x, &m, &t, &r);
     TH_CHECK(rc != IM_OK, "an unwritable output folder was accepted");
     if (dist_rank() > 0) TH_CHECK(strstr(err_msg(), "rank 0:") != NULL, "rank %d: '%s'", dist_rank(), err_msg());
+    /* a folder in use: rank 0 alone holds the lock, and its refusal of a second run stops every rank */
+    Trainer owner;
+    configs(&m, &t, &r, "owned", 2 * P, 1, 2);
+    TH_CHECK(trainer_init(&owner, &m, &t, &r) == 0, "init: %s", err_msg());
+    rc = trainer_init(&x, &m, &t, &r);
+    TH_CHECK(rc == IM_EIO && strstr(err_msg(), "in use"), "rank %d: a second run into a folder in use: rc %d, '%s'",
+             dist_rank(), rc, err_msg());
+    trainer_free(&owner);
 }
 
 int main(int argc, char **argv) {

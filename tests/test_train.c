@@ -271,6 +271,13 @@ static void run_folder(void) {
              read_log(r.out, &n_train, &n_eval, steps, N) && n_train + n_eval == 0 && a.cfg.overwrite == 0,
              "overwrite deleted the earlier run");
     trainer_free(&a);
+    /* a run that never logged a step (config.json, an empty log) holds nothing to lose */
+    r.overwrite = 0;
+    snprintf(log, sizeof log, "%s/log.jsonl", r.out);
+    f = fopen(log, "w");
+    if (f) fclose(f);
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "a folder without results is reused: %s", err_msg());
+    trainer_free(&a);
 }
 
 static void config_parsing(void) {

@@ -5,8 +5,9 @@
  *   - an advisory lock: flock on <dir>/.lock, which holds the owner's pid. A second run (fresh or
  *     --resume) into the same folder fails at once, naming that pid. The kernel drops the lock
  *     when its owner exits however it exits, so a killed run never leaves the folder locked.
- *   - a fresh run refuses a folder that already holds a run (any of RUNDIR_FILES) unless asked to
- *     overwrite it; then those files are deleted first (nothing else in the folder is touched).
+ *   - a fresh run refuses a folder that already holds a run's results (a checkpoint or a non-empty
+ *     log.jsonl) unless asked to overwrite it; then RUNDIR_FILES are deleted first (nothing else
+ *     in the folder is touched).
  *   - temp files of the atomic writer ("<name>.tmp.<pid>") that killed runs left behind are
  *     removed: those of the run's own files always (only the lock holder writes them), any
  *     other one when its pid is no longer alive.

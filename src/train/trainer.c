@@ -78,11 +78,10 @@ char *trainer_config_json(const ModelCfg *m, const TaskCfg *task, const TrainCfg
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 /* Claim the output folder (rundir.h: lock, no silent overwrite, stale temps, a resumed log cut
- * back to resume_step; -1 = fresh run) and open the log for appending. */
-static int open_folder(Trainer *t, int resume_step) {
-    int rc = rundir_claim(t->cfg.out, resume_step, t->cfg.overwrite, &t->lock);
+ * back to resume_step; -1 = fresh run) and open the log for appending. Rank 0 only. */
+static int open_folder(Trainer *t, int resume_step, int overwrite) {
+    int rc = rundir_claim(t->cfg.out, resume_step, overwrite, &t->lock);
     if (rc) return rc;
-    t->cfg.overwrite = 0;   /* an action at the start, not part of the run's recorded config */
     char path[4200];
     snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out);
     t->log = fopen(path, "a");
@@ -112,8 +111,10 @@ static int setup(Trainer *t, int resume_step) {
     if ((rc = adamw_init(&t->opt, &t->model, &oc))) return rc;
     if (t->cfg.threads > 0) k_set_threads(t->cfg.threads);
     t->losses = xcalloc((size_t)t->cfg.steps, sizeof(double));
+    int overwrite = t->cfg.overwrite;
+    t->cfg.overwrite = 0;   /* an action at the start, not part of the run's recorded config */
     if (dist_rank() != 0) return IM_OK;
-    return open_folder(t, resume_step);
+    return open_folder(t, resume_step, overwrite);
 }
 
 int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg) {
