@@ -130,7 +130,8 @@ static void file_outputs(void) {
 
 /* Reports: written into a FIFO (read back here) and a device, to stdout for "-"; a folder is an error. */
 static void report_outputs(void) {
-    char cap[256];
+    char cap[256], cwd[4096];
+    TH_CHECK(getcwd(cwd, sizeof cwd) != NULL, "getcwd");
     snprintf(cap, sizeof cap, "%s/stdout.txt", dir);
     for (size_t i = 0; i < sizeof REPORTS / sizeof *REPORTS; i++) {
         const Writer *w = &REPORTS[i];
@@ -145,7 +146,8 @@ static void report_outputs(void) {
         if (have_chr) TH_CHECK(w->write(chr) == IM_OK, "%s into a device: %s", w->name, err_msg());
         rc = w->write(folder);
         TH_CHECK(rc == IM_EIO && strstr(err_msg(), "is a folder"), "%s to a folder: rc %d, %s", w->name, rc, err_msg());
-        /* "-": standard output, captured in a file */
+        /* "-": standard output, captured in a file; run in dir, where a wrong "./-" would land */
+        TH_CHECK(chdir(dir) == 0, "chdir");
         fflush(stdout);
         int saved = dup(STDOUT_FILENO), fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, STDOUT_FILENO);
@@ -154,6 +156,7 @@ static void report_outputs(void) {
         fflush(stdout);
         dup2(saved, STDOUT_FILENO);
         close(saved);
+        TH_CHECK(access("-", F_OK) != 0 && chdir(cwd) == 0, "%s to '-' made no file called '-'", w->name);
         char *got = slurp(cap);
         TH_CHECK(rc == IM_OK && got && !strncmp(got, w->starts, strlen(w->starts)), "%s to '-': rc %d, got '%.20s'", w->name,
                  rc, got ? got : "(nothing)");
@@ -199,12 +202,13 @@ static void reserved_stdout(void) {
 }
 
 /* ---- through the binary --------------------------------------------------------------------- */
-static char bin[512];
+static char bin[4200];
 
-/* Run `implicit ARGS` with stdout and stderr in dir/cli.out, dir/cli.err; its exit status. */
+/* Run `implicit ARGS` in dir (so that a wrong "-" lands there) with stdout and stderr in
+ * dir/cli.out, dir/cli.err; its exit status. */
 static int cli(const char *args) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s >%s/cli.out 2>%s/cli.err", bin, args, dir, dir);
+    snprintf(cmd, sizeof cmd, "cd %s && %s %s >cli.out 2>cli.err", dir, bin, args);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -293,7 +297,9 @@ static void through_cli(void) {
              "generate --json -: JSON alone on stdout");
     json_free(j);
     free(o);
-    snprintf(a, sizeof a, "mc %s/g.safetensors tests/fixtures/mc_tiny.jsonl --json %s", dir, have_chr ? chr : "-");
+    char cwd[4096];
+    TH_CHECK(getcwd(cwd, sizeof cwd) != NULL, "getcwd");
+    snprintf(a, sizeof a, "mc %s/g.safetensors %s/tests/fixtures/mc_tiny.jsonl --json %s", dir, cwd, have_chr ? chr : "-");
     TH_CHECK(cli(a) == 0, "mc --json %s", have_chr ? chr : "-");
     TH_CHECK(nodes_intact(), "the CLI reports left the nodes as they were");
 }
@@ -324,7 +330,10 @@ int main(int argc, char **argv) {
     links();
     reserved_stdout();
     const char *slash = strrchr(argv[0], '/');
-    snprintf(bin, sizeof bin, "%.*s/implicit", slash ? (int)(slash - argv[0]) : 1, slash ? argv[0] : ".");
+    char cwd[4096];
+    TH_CHECK(getcwd(cwd, sizeof cwd) != NULL, "getcwd");
+    snprintf(bin, sizeof bin, "%s%s%.*s/implicit", argv[0][0] == '/' ? "" : cwd, argv[0][0] == '/' ? "" : "/",
+             slash ? (int)(slash - argv[0]) : 1, slash ? argv[0] : ".");
     if (access(bin, X_OK) == 0) through_cli();
     else TH_CHECK(0, "no %s beside the test (run it through `make test`)", bin);
     model_free(&model);
