@@ -180,6 +180,7 @@ int cmd_generate(int argc, char **argv) {
     }
     GenArgs a;
     if (parse_args(&a, argc, argv)) return 1;
+    if (report_check(a.json_out)) return fail(NULL);
     if (report_is_stdout(a.json_out)) report_reserve_stdout();   /* the text to stderr, the JSON alone to stdout */
     const char *ckpt = a.ckpt, *prompt = a.prompt, *tok_spec_arg = a.tok_spec, *json_out = a.json_out;
     SampleCfg sc = a.sc;

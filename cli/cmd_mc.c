@@ -71,6 +71,7 @@ int cmd_mc(int argc, char **argv) {
         if (end && (end == v || *end)) { err_set(IM_EINVAL, "option '--%s': '%s' is not an integer", k, v); return fail(NULL); }
     }
     kv[nkv] = NULL;
+    if (report_check(json_out)) return fail(NULL);
     if (report_is_stdout(json_out)) report_reserve_stdout();   /* the summary to stderr, the JSON alone to stdout */
     ModelCfg probe;   /* other options are model keys: name a typo before loading anything */
     cfg_defaults(&probe);

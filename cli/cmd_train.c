@@ -297,6 +297,7 @@ int cmd_eval(int argc, char **argv) {
         err_set(IM_EINVAL, "--csv %s with --pos_buckets: the positions CSV goes beside the CSV file; give a file name", csv_out);
         return fail(NULL);
     }
+    if (report_check(json_out) || report_check(csv_out)) { model_free(&m); return fail(NULL); }   /* before the work */
     if (report_is_stdout(json_out) || report_is_stdout(csv_out)) report_reserve_stdout();   /* tables to stderr */
     Task *task;
     if (task_create(&task, &tc)) { model_free(&m); return fail("run `implicit eval --help`"); }

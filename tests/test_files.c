@@ -165,6 +165,15 @@ static void report_outputs(void) {
     }
 }
 
+/* report_check says in advance what a report write would say, and writes nothing. */
+static void report_checks(void) {
+    TH_CHECK(report_check(folder) == IM_EIO && strstr(err_msg(), "is a folder"), "check a folder: %s", err_msg());
+    TH_CHECK(report_check(fifo) == IM_OK && report_check("-") == IM_OK && report_check(NULL) == IM_OK,
+             "check a FIFO, '-', no path: %s", err_msg());
+    if (have_blk) TH_CHECK(report_check(blk) == IM_EIO, "check a block device");
+    TH_CHECK(nodes_intact(), "report_check touched nothing");
+}
+
 /* A link to a regular file keeps the link; its target is replaced. */
 static void links(void) {
     char target[256], link[256];
@@ -207,7 +216,7 @@ static char bin[4200];
 /* Run `implicit ARGS` in dir (so that a wrong "-" lands there) with stdout and stderr in
  * dir/cli.out, dir/cli.err; its exit status. */
 static int cli(const char *args) {
-    char cmd[2048];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "cd %s && %s %s >cli.out 2>cli.err", dir, bin, args);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -224,7 +233,7 @@ static int cli_err_has(const char *needle) {
 }
 
 static void through_cli(void) {
-    char a[1024], run[256], ckpt[300], txt[256];
+    char a[8192], run[256], ckpt[300], txt[256];
     snprintf(run, sizeof run, "%s/run", dir);
     snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", run);
     snprintf(txt, sizeof txt, "%s/a.txt", dir);
@@ -275,7 +284,7 @@ static void through_cli(void) {
              "eval --json -: JSON alone on stdout");
     json_free(j);
     free(o);
-    char cmd[2048], got[256];
+    char cmd[16384], got[256];
     snprintf(got, sizeof got, "%s/fifo.out", dir);
     /* the reader gives up after a while, so that a writer that never opens the FIFO cannot hang the test */
     snprintf(cmd, sizeof cmd, "timeout 120 cat %s > %s & %s eval %s --csv %s > /dev/null 2>&1; st=$?; wait; exit $st",
@@ -327,6 +336,7 @@ int main(int argc, char **argv) {
     model_init_params(&model, 1);
     file_outputs();
     report_outputs();
+    report_checks();
     links();
     reserved_stdout();
     const char *slash = strrchr(argv[0], '/');

@@ -94,6 +94,12 @@ static int classify(const char *path, int report, char *target, size_t cap, int 
                            "or pipe", path, what_is(st.st_mode));
 }
 
+int report_check(const char *path) {
+    char target[4096];
+    int how, fd;
+    return path ? classify(path, 1, target, sizeof target, &how, &fd) : IM_OK;
+}
+
 /* ---- in place: "-", own descriptors, devices, FIFOs ------------------------------------------ */
 static int write_stream(const char *path, int how, int fd, int (*emit)(FILE *f, void *ctx), void *ctx) {
     if (how == TO_FD) {

@@ -36,6 +36,9 @@ int report_write(const char *path, int (*emit)(FILE *f, void *ctx), void *ctx);
 int report_write_bytes(const char *path, const void *data, size_t len);
 /* 1 when path is "-" (a report to standard output). */
 int report_is_stdout(const char *path);
+/* IM_OK when a report could be written to path (the rule above; NULL ok), else its refusal:
+ * for commands to check their report paths before a long computation. Writes nothing. */
+int report_check(const char *path);
 /* A command that will write a report to "-" calls this before it prints anything: from then on
  * its ordinary output (tables, generated text) goes to stderr, and standard output carries the
  * reports alone, so `--json - | jq` reads JSON only. */
