@@ -13,13 +13,17 @@
  *                             keeps the link: its target is replaced.
  *   "-"                       reports: standard output. Files: refused (to write a file called
  *                             "-", write ./-).
- *   char device, FIFO, socket reports: opened and written in place (/dev/stdout, /dev/null, a
- *                             named pipe); never renamed over, never unlinked. Files: refused,
- *                             since a file must be complete and the device must never be replaced.
+ *   /dev/stdout, /dev/stderr, reports: written through that open descriptor of the process, after
+ *   /dev/fd/N, /proc/self/fd/N  what it already printed there. Files: refused.
+ *   char device, FIFO, socket reports: opened and written in place (/dev/null, a named pipe,
+ *                             which waits for its reader); never renamed over, never unlinked.
+ *                             Files: refused, since a file must be complete and the device must
+ *                             never be replaced.
  *   block device              refused: writing to it would overwrite a disk.
  *   folder                    refused.
  * Refusals return IM_EIO with a message that names the path and what it is; nothing at the path
- * is touched. */
+ * is touched. Out of scope: two writers of one file (the last rename wins; a training run's
+ * folder is locked instead, train/rundir.h). */
 #ifndef IMPLICIT_ATOMIC_H
 #define IMPLICIT_ATOMIC_H
 
