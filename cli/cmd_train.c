@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "implicit.h"
 #include "../src/core/timer.h"
@@ -292,7 +293,8 @@ int cmd_eval(int argc, char **argv) {
     }
     if (samples > 0) tc.eval_samples = samples;
     if (batch < 1) { model_free(&m); err_set(IM_EINVAL, "--batch must be >= 1"); return fail(NULL); }
-    if (pos_buckets > 0 && report_is_stdout(csv_out)) {
+    struct stat csv_st;   /* the positions CSV is named after a file, not after "-" or a device */
+    if (pos_buckets > 0 && csv_out && (report_is_stdout(csv_out) || (!stat(csv_out, &csv_st) && !S_ISREG(csv_st.st_mode)))) {
         model_free(&m);
         err_set(IM_EINVAL, "--csv %s with --pos_buckets: the positions CSV goes beside the CSV file; give a file name", csv_out);
         return fail(NULL);
