@@ -53,7 +53,7 @@ static int argmax(const float *x, int n) {
 
 /* eval_run; with pos_sum / pos_n (T each) also the loss sum and count per position. */
 static int eval_core(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out,
-                     double *pos_sum, double *pos_n) {
+                     double *pos_sum, double *pos_n, EvalProgressFn progress, void *progress_ctx) {
     memset(out, 0, sizeof *out);
     out->len = len;
     out->mode = mode;
@@ -114,6 +114,7 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
                 if (pos_sum) pos_sum[j % T] += losses[j], pos_n[j % T] += 1;
             }
         task_score(&s, logits, task_vocab(t), V, tg, B, T);
+        if (progress) progress(progress_ctx, i + B, samples);
     }
     m->training = was_training;
     m->no_grad = was_no_grad;
@@ -132,7 +133,12 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
 }
 
 int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out) {
-    return eval_core(m, t, len, p, samples, batch, mode, out, NULL, NULL);
+    return eval_core(m, t, len, p, samples, batch, mode, out, NULL, NULL, NULL, NULL);
+}
+
+int eval_run_progress(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out,
+                      EvalProgressFn progress, void *ctx) {
+    return eval_core(m, t, len, p, samples, batch, mode, out, NULL, NULL, progress, ctx);
 }
 
 int eval_positions(Model *m, const Task *t, int len, int width, int samples, int batch, int mode, EvalPos *out) {
@@ -143,7 +149,7 @@ int eval_positions(Model *m, const Task *t, int len, int width, int samples, int
                        EVAL_MAX_BUCKETS);
     int T = task_seq_len(t, len);
     double *sum = xcalloc((size_t)T, sizeof *sum), *cnt = xcalloc((size_t)T, sizeof *cnt);
-    int rc = eval_core(m, t, len, -1, samples, batch, mode, &out->row, sum, cnt);
+    int rc = eval_core(m, t, len, -1, samples, batch, mode, &out->row, sum, cnt, NULL, NULL);
     if (!rc) {
         out->width = width;
         out->n_buckets = (T + width - 1) / width;

@@ -42,6 +42,10 @@ typedef struct {
 /* Evaluate `samples` sequences in batches of `batch` (fewer when the task has fewer distinct eval
  * samples: catbabi windows). The model is put in eval mode. */
 int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out);
+/* eval_run, calling progress(ctx, done, total) after each batch (sequences done of total). */
+typedef void (*EvalProgressFn)(void *ctx, int done, int total);
+int eval_run_progress(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out,
+                      EvalProgressFn progress, void *ctx);
 /* Perplexity by position for language models: windows of `len` tokens (the task's eval windows,
  * e.g. 4 x the training context) cut into buckets of `width` positions. Position i is the
  * prediction of window token i+1 from tokens 0..i, so bucket k = positions [k width, (k+1) width)

@@ -327,7 +327,26 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_free(&b);
 }
 
-int trainer_eval(Trainer *t) {
+/* The evaluation bar: row `row` of `rows` (length len, p) has `done` of `total` sequences done. */
+typedef struct {
+    Progress *pg;
+    int row, rows, len;
+    float p;
+    double t0;
+} EvalBar;
+
+static void eval_bar(void *ctx, int done, int total) {
+    EvalBar *b = ctx;
+    char label[160], pstr[32] = "";
+    if (b->p >= 0) snprintf(pstr, sizeof pstr, " p %.2f", b->p);
+    double el = timer_now() - b->t0;
+    snprintf(label, sizeof label, "eval %d/%d  length %d%s  %d/%d  %02d:%02d", b->row + 1, b->rows, b->len, pstr, done,
+             total, (int)el / 60, (int)el % 60);
+    progress_phase(b->pg, label, (b->row + (total > 0 ? (double)done / total : 1)) / b->rows);
+}
+
+/* trainer_eval, drawing its progress on pg (NULL: none). */
+static int eval_all(Trainer *t, Progress *pg) {
     /* rank 0 alone evaluates (the others wait in their next collective): evaluation reads the
      * weights, which are identical on every rank, and writes best.safetensors */
     if (dist_rank() != 0) return IM_OK;
@@ -337,13 +356,15 @@ int trainer_eval(Trainer *t) {
     free(t->last_eval);
     t->last_eval = xcalloc((size_t)nl * np, sizeof *t->last_eval);
     t->n_last_eval = 0;
-    double sum = 0;
+    double sum = 0, t0 = timer_now();
     int hib = 1;
     for (int i = 0; i < nl; i++)
         for (int j = 0; j < np; j++) {
             EvalRow *r = &t->last_eval[t->n_last_eval];
-            int rc = eval_run(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch,
-                              eval_mode_parse(t->cfg.eval_mode), r);
+            EvalBar bar = {pg, t->n_last_eval, nl * np, lens[i], task_kind(t->task) == TASK_WORD ? ps[j] : -1.0f, t0};
+            if (pg) eval_bar(&bar, 0, t->tcfg.eval_samples);
+            int rc = eval_run_progress(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch,
+                                       eval_mode_parse(t->cfg.eval_mode), r, pg ? eval_bar : NULL, &bar);
             if (rc) return rc;
             t->n_last_eval++;
             log_eval(t, r);
@@ -360,6 +381,10 @@ int trainer_eval(Trainer *t) {
         return save_model(t, "best.safetensors");
     }
     return IM_OK;
+}
+
+int trainer_eval(Trainer *t) {
+    return eval_all(t, NULL);
 }
 
 static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr, double tok_s, double elapsed) {
@@ -529,6 +554,7 @@ int trainer_run(Trainer *t, int stop_at) {
         t->step++;
         tokens_since_log += (long)B * T * t->cfg.grad_accum;
         double acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
+        progress_tick(&pg, t->step, loss, acc);
         if (t->step % t->cfg.log_every == 0 || t->step == t->cfg.steps) {
             double now = timer_now(), tok_s = tokens_since_log / fmax(now - t_log, 1e-9);
             log_step(t, loss, acc, gnorm, lr, tok_s, now - t0);
@@ -540,20 +566,20 @@ int trainer_run(Trainer *t, int stop_at) {
             tokens_since_log = 0;
         }
         if (t->cfg.eval_every > 0 && t->step % t->cfg.eval_every == 0 && t->step < t->cfg.steps) {
-            if ((rc = dist_agree(trainer_eval(t)))) break;
+            if ((rc = dist_agree(eval_all(t, &pg)))) break;
             snprintf(msg, sizeof msg, "eval @ step %d: mean %s %.4f (best %.4f @ step %d)", t->step,
                      t->cfg.best_metric, t->last_score, t->best, t->best_step);
-            if (pg.mode == PROGRESS_PLAIN) progress_note(&pg, msg);
+            if (pg.mode != PROGRESS_NONE) progress_note(&pg, msg);   /* above the bar */
         }
         if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)
             if ((rc = dist_agree(trainer_save(t)))) break;
         if (t->step % t->cfg.log_every == 0) t_log = timer_now();   /* tok/s excludes eval and saving */
     }
-    progress_done(&pg);
     if (!rc && t->step == t->cfg.steps) {
-        rc = dist_agree(trainer_eval(t));
+        rc = dist_agree(eval_all(t, &pg));
         if (!rc) rc = dist_agree(trainer_save(t));
     }
+    progress_done(&pg);
     if (!rc && P > 1) rc = check_replicas(t);
     free(ids);
     free(tg);
