@@ -89,6 +89,10 @@ $(BUILD)/test_%: tests/test_%.c $(LIB) tests/th.h
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) -MMD -MP $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
+# The option parser lives with the CLI, outside the library; its test also runs the binary.
+$(BUILD)/test_cli: tests/test_cli.c $(BUILD)/obj/cli/opts.o $(LIB) $(BIN) tests/th.h
+	$(CC) $(ALL_CFLAGS) -MMD -MP $< $(BUILD)/obj/cli/opts.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/bench_%: bench/bench_%.c $(LIB)
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "../src/core/check.h"
 #include "../src/core/fsutil.h"
 #include "../src/data/datafile.h"
@@ -31,44 +32,31 @@ static int fail(const char *hint) {
     return 1;
 }
 
-static void data_help(FILE *f) {
-    TaskCfg c;
-    task_cfg_defaults(&c);
-    fprintf(f,
-            "usage: implicit data prepare TEXT... --out FILE.tok [--tokenizer byte] [--val_frac 0.1]\n"
-            "                             [--val_split tail|per_file]   tokenize text files for task lm\n"
-            "       implicit data dump OUT [--key value ...]   write task rows to a binary file\n"
-            "       implicit data show FILE [--rows 3] [--cols 32]   check a dump or token file and print its start\n"
-            "prepare options:\n"
-            "  --out FILE       the token file (written atomically)\n"
-            "  --tokenizer S    byte (default: 256 ids, no files) | FILE.bpe (`implicit tokenizer train`) |\n"
-            "                   FILE.json (a Hugging Face tokenizer.json); files are joined with its end-of-text token\n"
-            "  --val_frac F     share of the tokens held out for validation, in [0, 1) (default 0.1)\n"
-            "  --val_split S    tail (default): the last F of all tokens | per_file: the last F of each file\n"
-            "dump options:\n"
-            "  --len L        task length (default: train_len; ios rows have L+1 tokens with BOS)\n"
-            "  --n N          rows (default 1000)\n"
-            "  --split S      eval (default): eval-stream samples at --len and --p; train: training batches\n"
-            "  --batch B      train split: rows per optimizer step (default 32)\n"
-            "  --start I      first eval sample index, or first training step (default 0)\n"
-            "task keys:\n");
-    keytab_print(&task_keytab, &c, f);
-    fprintf(f, "dump file: \"IMPLDATA\", u32 version, N, T, V, flags, then N*T u16 inputs and N*T u16 targets\n"
-               "(little-endian; 0xFFFF = target not scored)\n"
-               "token file: \"IMPLTOK\\0\", u32 version, vocab, width (2|4), u64 n_train, n_val, u32 spec length, the\n"
-               "tokenizer spec, then the train and validation tokens (little-endian; docs/formats.md)\n");
-}
+#define DATA_FORMATS                                                                                     \
+    "dump file: \"IMPLDATA\", u32 version, N, T, V, flags, then N*T u16 inputs and N*T u16 targets\n"        \
+    "(little-endian; 0xFFFF = target not scored)\n"                                                       \
+    "token file: \"IMPLTOK\\0\", u32 version, vocab, width (2|4), u64 n_train, n_val, u32 spec length, the\n"  \
+    "tokenizer spec, then the train and validation tokens (little-endian; docs/formats.md)\n"
 
-/* A non-negative integer option value, with a message naming the option. */
-static int parse_count(const char *opt, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return err_set(IM_EINVAL, "option '--%s': expected an integer in %lld..%lld, got '%s'", opt, lo, hi, s);
-    *out = v;
-    return IM_OK;
-}
+typedef struct {
+    long long len, n, batch, start;
+    const char *split;
+} DumpOpts;
+
+static const OptSpec DUMP_OPTS[] = {
+    OPT(DumpOpts, len, 1, 1 << 20, "L", "task length (0 = train_len; ios rows have L+1 tokens with BOS)"),
+    OPT(DumpOpts, n, 1, 0xFFFFFFFFLL, "N", "rows"),
+    OPT(DumpOpts, split, 0, 0, "S", "eval: eval-stream samples at --len and --p | train: training batches"),
+    OPT(DumpOpts, batch, 1, 1 << 20, "B", "train split: rows per optimizer step"),
+    OPT(DumpOpts, start, 0, 9007199254740992.0, "I", "first eval sample index, or first training step"),
+};
+static const OptKeys DUMP_KEYS[] = {{&task_keytab, NULL, 1}};
+static const CmdSpec dump_cmd = {
+    "data dump", "OUT [--key value ...]", "write task rows to a binary file",
+    "The eval split holds samples start..start+N-1 of the eval stream at length --len and identity\n"
+    "probability --p; the train split holds the rows of steps start, start+1, ... in order, --batch rows\n"
+    "per step, exactly the batches `implicit train` draws with that batch size.\n" DATA_FORMATS,
+    DUMP_OPTS, (int)(sizeof DUMP_OPTS / sizeof *DUMP_OPTS), DUMP_KEYS, 1, 1, 1};
 
 typedef struct {
     const char *out;
@@ -77,38 +65,33 @@ typedef struct {
     TaskCfg cfg;
 } DumpArgs;
 
-static int parse_dump(DumpArgs *a, int argc, char **argv) {
+/* Returns 1 to go on, else 0 with the exit status in *status. */
+static int parse_dump(DumpArgs *a, int argc, char **argv, int *status) {
+    DumpOpts d = {.n = 1000, .batch = 32, .split = "eval"};
+    OptArgs o;
+    if (!opts_get(&dump_cmd, &d, argc, argv, &o, status)) return 0;
+    int rc;
     memset(a, 0, sizeof *a);
-    a->len = -1;
-    a->n = 1000;
-    a->batch = 32;
+    a->out = o.pos[0];
+    a->len = d.len > 0 ? d.len : -1;
+    a->n = d.n;
+    a->batch = d.batch;
+    a->start = d.start;
+    a->train = !strcmp(d.split, "train");
     task_cfg_defaults(&a->cfg);
-    if (argc < 1 || !strncmp(argv[0], "--", 2)) return err_set(IM_EINVAL, "`implicit data dump` needs an output path first");
-    a->out = argv[0];
-    for (int i = 1; i < argc; i += 2) {
-        if (strncmp(argv[i], "--", 2)) return err_set(IM_EINVAL, "unexpected argument '%s' (options are --key value)", argv[i]);
-        if (i + 1 >= argc) return err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-        const char *k = argv[i] + 2, *v = argv[i + 1];
-        int rc;
-        if (!strcmp(k, "len")) rc = parse_count(k, v, 1, 1 << 20, &a->len);
-        else if (!strcmp(k, "n")) rc = parse_count(k, v, 1, 0xFFFFFFFFLL, &a->n);
-        else if (!strcmp(k, "batch")) rc = parse_count(k, v, 1, 1 << 20, &a->batch);
-        else if (!strcmp(k, "start")) rc = parse_count(k, v, 0, 1LL << 53, &a->start);
-        else if (!strcmp(k, "split")) {
-            a->train = !strcmp(v, "train");
-            rc = a->train || !strcmp(v, "eval") ? IM_OK : err_set(IM_EINVAL, "option '--split': '%s' is not train or eval", v);
-        } else {
-            rc = task_cfg_set(&a->cfg, k, v);
-        }
-        if (rc) return rc;
-    }
+    const KeyTab *tabs[] = {&task_keytab};
+    void *objs[] = {&a->cfg};
+    rc = opts_apply_keys(&o, tabs, objs, 1);
+    opts_free(&o);
+    if (!rc && !a->train && strcmp(d.split, "eval")) rc = err_set(IM_EINVAL, "option '--split': '%s' is not train or eval", d.split);
     /* the train split draws at train_len, so --len sets it */
-    if (a->len > 0 && a->train) {
+    if (!rc && a->len > 0 && a->train) {
         char s[32];
         snprintf(s, sizeof s, "%lld", a->len);
         task_cfg_set(&a->cfg, "train_len", s);
     }
-    return IM_OK;
+    if (rc) *status = fail("see `implicit data dump --help`");
+    return !rc;
 }
 
 /* Generate the rows in chunks and store them; pure functions of the index, so order is free. */
@@ -136,15 +119,16 @@ static int dump_rows(const Task *t, const DumpArgs *a, DataWriter *w, int len, i
 
 static int cmd_dump(int argc, char **argv) {
     DumpArgs a;
-    if (parse_dump(&a, argc, argv)) return fail("see `implicit data --help`");
+    int rc;
+    if (!parse_dump(&a, argc, argv, &rc)) return rc;
     Task *t;
-    if (task_create(&t, &a.cfg)) return fail("see `implicit data --help` for the task keys");
+    if (task_create(&t, &a.cfg)) return fail("see `implicit data dump --help` for the task keys");
     int len = a.len > 0 ? (int)a.len : a.cfg.train_len;
     int T = a.train ? task_train_seq_len(t) : task_seq_len(t, len);
     DataHeader h = {DATAFILE_VERSION, (uint32_t)a.n, (uint32_t)T, (uint32_t)task_vocab(t),
                     (task_is_ios(t) ? DATAFILE_FLAG_IOS : 0u) | (a.train ? DATAFILE_FLAG_TRAIN : 0u)};
     DataWriter w;
-    int rc = datafile_create(&w, a.out, &h);
+    rc = datafile_create(&w, a.out, &h);
     if (rc) {
         task_free(t);
         return fail(rc == IM_EIO ? "is the output directory there and writable?" : "use fewer rows or a shorter --len");
@@ -169,38 +153,44 @@ static void print_row(const char *label, const int *v, int T, int cols) {
     printf("\n");
 }
 
+typedef struct {
+    const char *out, *tokenizer, *val_split;
+    double val_frac;
+} PrepArgs;
+
+static const OptSpec PREP_OPTS[] = {
+    OPT(PrepArgs, out, 0, 0, "FILE", "the token file (written atomically)"),
+    OPT(PrepArgs, tokenizer, 0, 0, "S", "byte (256 ids, no files) | FILE.bpe (`implicit tokenizer train`) | FILE.json"),
+    OPT(PrepArgs, val_frac, 0, 1, "F", "share of the tokens held out for validation, in [0, 1)"),
+    OPT(PrepArgs, val_split, 0, 0, "S", "tail: the last F of all tokens | per_file: the last F of each file"),
+};
+static const CmdSpec prepare_cmd = {
+    "data prepare", "TEXT... --out FILE.tok [--tokenizer byte] [--val_frac 0.1] [--val_split tail|per_file]",
+    "tokenize text files into the token file of task lm",
+    "Files are joined with the tokenizer's end-of-text token (a Hugging Face tokenizer.json: its own).\n"
+    DATA_FORMATS, PREP_OPTS, (int)(sizeof PREP_OPTS / sizeof *PREP_OPTS), NULL, 0, 1, -1};
+
 static int cmd_prepare(int argc, char **argv) {
-    const char *out = NULL, *spec = "byte", **texts = xcalloc((size_t)argc + 1, sizeof *texts);
-    double val_frac = 0.1;
-    int n_texts = 0, per_file = 0, rc = IM_OK;
-    for (int i = 0; i < argc && !rc; i++) {
-        if (strncmp(argv[i], "--", 2)) { texts[n_texts++] = argv[i]; continue; }
-        const char *k = argv[i] + 2, *v = i + 1 < argc ? argv[++i] : NULL;
-        if (!v) { rc = err_set(IM_EINVAL, "option '--%s' needs a value", k); break; }
-        if (!strcmp(k, "out")) out = v;
-        else if (!strcmp(k, "tokenizer")) spec = v;
-        else if (!strcmp(k, "val_frac")) {
-            char *end;
-            errno = 0;
-            val_frac = strtod(v, &end);
-            if (errno || end == v || *end || !(val_frac >= 0 && val_frac < 1))
-                rc = err_set(IM_EINVAL, "option '--val_frac': expected a number in [0, 1), got '%s'", v);
-        } else if (!strcmp(k, "val_split")) {
-            per_file = !strcmp(v, "per_file");
-            if (!per_file && strcmp(v, "tail")) rc = err_set(IM_EINVAL, "option '--val_split': '%s' is not tail or per_file", v);
-        } else {
-            rc = err_set(IM_EINVAL, "unknown option '--%s' for `implicit data prepare`", k);
-        }
-    }
+    PrepArgs a = {NULL, "byte", "tail", 0.1};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&prepare_cmd, &a, argc, argv, &o, &rc)) return rc;
+    const char *out = a.out, *spec = a.tokenizer;
+    double val_frac = a.val_frac;
+    int per_file = !strcmp(a.val_split, "per_file");
+    if (!(val_frac < 1)) rc = err_set(IM_EINVAL, "option '--val_frac': expected a number in [0, 1), got '%g'", val_frac);
+    if (!rc && !per_file && strcmp(a.val_split, "tail"))
+        rc = err_set(IM_EINVAL, "option '--val_split': '%s' is not tail or per_file", a.val_split);
     if (!rc && !out) rc = err_set(IM_EINVAL, "`implicit data prepare` needs --out FILE.tok");
-    if (!rc && !n_texts) rc = err_set(IM_EINVAL, "`implicit data prepare` needs at least one text file");
     if (rc) {
-        free(texts);
+        opts_free(&o);
         return fail("implicit data prepare input.txt --tokenizer byte --out data.tok [--val_frac 0.1]");
     }
+    const char **texts = (const char **)o.pos;
+    int n_texts = o.n_pos;
     TextPrepInfo info;
     rc = textdata_prepare(out, texts, n_texts, spec, val_frac, per_file, &info);
-    free(texts);
+    opts_free(&o);
     if (rc) return fail(rc == IM_EIO ? "check the input paths and that the output folder is writable" : NULL);
     uint64_t n = info.n_train + info.n_val;
     printf("wrote %s: %d file%s, %llu bytes -> %llu tokens (%.3f bytes/token), %llu train / %llu validation (%s), "
@@ -247,31 +237,36 @@ static int show_tokens(const char *path, long long cols) {
     return 0;
 }
 
+typedef struct {
+    long long rows, cols;
+} ShowArgs;
+
+static const OptSpec SHOW_OPTS[] = {
+    OPT(ShowArgs, rows, 0, 0xFFFFFFFFLL, "N", "rows of a dump to print"),
+    OPT(ShowArgs, cols, 1, 1 << 20, "N", "tokens per row to print"),
+};
+static const CmdSpec show_cmd = {"data show", "FILE [--rows 3] [--cols 32]", "check a dump or token file and print its start",
+                                 DATA_FORMATS, SHOW_OPTS, 2, NULL, 0, 1, 1};
+
 static int cmd_show(int argc, char **argv) {
-    if (argc < 1 || !strncmp(argv[0], "--", 2)) {
-        err_set(IM_EINVAL, "`implicit data show` needs a file");
-        return fail("implicit data show data.bin --rows 3");
-    }
-    long long rows = 3, cols = 32;
-    for (int i = 1; i < argc; i += 2) {
-        int rc;
-        if (i + 1 >= argc) rc = err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--rows")) rc = parse_count("rows", argv[i + 1], 0, 0xFFFFFFFFLL, &rows);
-        else if (!strcmp(argv[i], "--cols")) rc = parse_count("cols", argv[i + 1], 1, 1 << 20, &cols);
-        else rc = err_set(IM_EINVAL, "unknown option '%s' for `implicit data show`", argv[i]);
-        if (rc) return fail("implicit data show FILE [--rows 3] [--cols 32]");
-    }
-    FILE *probe = fs_open_regular(argv[0], NULL); /* NULL: datafile_open below says why */
+    ShowArgs a = {3, 32};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&show_cmd, &a, argc, argv, &o, &rc)) return rc;
+    const char *path = o.pos[0];
+    opts_free(&o);
+    long long rows = a.rows, cols = a.cols;
+    FILE *probe = fs_open_regular(path, NULL); /* NULL: datafile_open below says why */
     char magic[8] = {0};
     if (probe) {
         if (fread(magic, 1, 8, probe) != 8) magic[0] = 0;
         fclose(probe);
     }
-    if (!memcmp(magic, TEXTDATA_MAGIC, 8)) return show_tokens(argv[0], cols);
+    if (!memcmp(magic, TEXTDATA_MAGIC, 8)) return show_tokens(path, cols);
     DataReader r;
-    int rc = datafile_open(&r, argv[0]);
+    rc = datafile_open(&r, path);
     if (rc) return fail(rc == IM_EIO ? "check the path" : "was it written by `implicit data dump` and copied completely?");
-    printf("%s: %s v%u, N %u rows, T %u tokens, V %u, flags 0x%x (%s, %s split)\n", argv[0], DATAFILE_MAGIC, r.h.version,
+    printf("%s: %s v%u, N %u rows, T %u tokens, V %u, flags 0x%x (%s, %s split)\n", path, DATAFILE_MAGIC, r.h.version,
            r.h.N, r.h.T, r.h.V, r.h.flags, r.h.flags & DATAFILE_FLAG_IOS ? "ios" : "word",
            r.h.flags & DATAFILE_FLAG_TRAIN ? "train" : "eval");
     int *ids = xmalloc(sizeof(int) * r.h.T), *tg = xmalloc(sizeof(int) * r.h.T);
@@ -288,19 +283,13 @@ static int cmd_show(int argc, char **argv) {
     return rc ? fail("the file is damaged") : 0;
 }
 
+const CmdSpec data_cmd = {"data", "prepare|dump|show ...", "tokenize text into a token file; write or inspect a task's data",
+                          NULL, NULL, 0, NULL, 0, 0, -1};
+
 int cmd_data(int argc, char **argv) {
-    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h") || !strcmp(argv[0], "help")) {
-        data_help(argc < 1 ? stderr : stdout);
-        return argc < 1;
-    }
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        data_help(stdout);
-        return 0;
-    }
-    if (!strcmp(argv[0], "prepare")) return cmd_prepare(argc - 1, argv + 1);
-    if (!strcmp(argv[0], "dump")) return cmd_dump(argc - 1, argv + 1);
-    if (!strcmp(argv[0], "show")) return cmd_show(argc - 1, argv + 1);
-    err_set(IM_EINVAL, "unknown `implicit data` command '%s'", argv[0]);
-    return fail("the commands are `implicit data prepare TEXT... --out FILE.tok`, `implicit data dump OUT ...` and "
-                "`implicit data show FILE`");
+    static const OptCommand cmds[] = {{&prepare_cmd, cmd_prepare}, {&dump_cmd, cmd_dump}, {&show_cmd, cmd_show}};
+    return opts_dispatch("data", cmds, 3,
+                         "Training never needs these files (tasks are generated on the fly from the seed); a dump is\n"
+                         "for inspecting the data or feeding another program.\n" DATA_FORMATS,
+                         argc, argv);
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "implicit.h"
+#include "cli.h"
 #include "../src/io/atomic.h"
 #include "../src/train/sample.h"
 
@@ -21,29 +22,6 @@ static int fail(const char *hint) {
     fprintf(stderr, "error: %s\n", err_msg());
     if (hint) fprintf(stderr, "hint: %s\n", hint);
     return 1;
-}
-
-static void help(void) {
-    printf("usage: implicit generate CKPT --prompt TEXT [options]\n"
-           "Feeds the prompt token by token (sequential mode: recurrent state, KV cache, or the per-token\n"
-           "fixed point of implicit / fixed-point models), then samples; the text streams to stdout.\n"
-           "  --prompt TEXT      the text to continue (may be empty if the tokenizer has an end-of-text token)\n"
-           "  --max_tokens N     tokens to generate (default 256)\n"
-           "  --temperature T    0 = greedy (default 1)\n"
-           "  --top_k K          sample among the K most likely (default 0 = all)\n"
-           "  --top_p P          sample among the smallest set with mass >= P (default 1 = all)\n"
-           "  --seed S           seed of the draws (default 0): the same seed gives the same text\n"
-           "  --stop STR         stop when the text contains STR (STR is not printed)\n"
-           "  --tokenizer SPEC   byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)\n"
-           "  --echo 0|1         print the prompt before the continuation (default 1)\n"
-           "  --threads N        OpenMP / BLAS threads (default 1: one token at a time is many small kernel\n"
-           "                     calls, where a second thread costs more in fork/join than it saves)\n"
-           "  --json OUT         write a summary (text, token counts, tokens/s, iterations, memory)\n"
-           "Model keys applied before loading: --max_seq_len N (KV-cache capacity of attention models),\n"
-           "and for implicit / fp models --eval_f_max_iter --eval_factor --f_tol --tau --seq_solver\n"
-           "--seq_warm_start --anderson_m --fp_eval_cap --fp_threshold (test-time compute).\n"
-           "stderr receives tokens/s for the prompt and the generation, mean solver iterations per token\n"
-           "(0 for explicit models) and the peak resident memory (getrusage ru_maxrss).\n");
 }
 
 typedef struct {
@@ -113,80 +91,66 @@ static int write_json(const char *path, const char *ckpt, const Model *m, const 
 }
 
 typedef struct {
-    const char *ckpt, *prompt, *tok_spec, *json_out;
-    SampleCfg sc;
-    GenOpts go;
-    int echo;
-    const char *kv[64];   /* model keys {"key", "value", ..., NULL} */
+    const char *prompt, *stop, *tokenizer, *json;
+    long long max_tokens, top_k, seed, threads, echo;
+    double temperature, top_p;
 } GenArgs;
 
-/* Options after CKPT; prints the error and returns 1 on a bad one. */
-static int parse_args(GenArgs *a, int argc, char **argv) {
-    memset(a, 0, sizeof *a);
-    a->ckpt = argv[0];
-    sample_cfg_default(&a->sc);
-    gen_opts_default(&a->go);
-    a->echo = 1;
+static const OptSpec GEN_OPTS[] = {
+    OPT(GenArgs, prompt, 0, 0, "TEXT", "the text to continue (may be empty if the tokenizer has an end-of-text token)"),
+    OPT(GenArgs, max_tokens, 0, 1 << 30, "N", "tokens to generate"),
+    OPT(GenArgs, temperature, 0, 0, "T", "0 = greedy"),
+    OPT(GenArgs, top_k, 0, 2147483647, "K", "sample among the K most likely (0 = all)"),
+    OPT(GenArgs, top_p, 0, 0, "P", "sample among the smallest set with mass >= P (1 = all)"),
+    OPT(GenArgs, seed, 0, 1e18, "S", "seed of the draws: the same seed gives the same text"),
+    OPT(GenArgs, stop, 0, 0, "STR", "stop when the text contains STR (STR is not printed)"),
+    OPT(GenArgs, tokenizer, 0, 0, "SPEC", "byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)"),
+    OPT(GenArgs, echo, 0, 1, "0|1", "print the prompt before the continuation"),
+    OPT(GenArgs, threads, 1, 4096, "N", "OpenMP / BLAS threads (one token at a time is many small kernel calls)"),
+    OPT(GenArgs, json, 0, 0, "OUT", "write a summary (text, token counts, tokens/s, iterations, memory)"),
+};
+static const OptKeys GEN_KEYS[] = {{&model_keytab, NULL, 0}};
+const CmdSpec generate_cmd = {
+    "generate", "CKPT --prompt TEXT [options]", "sample text token by token from a checkpoint",
+    "Feeds the prompt token by token (sequential mode: recurrent state, KV cache, or the per-token\n"
+    "fixed point of implicit / fixed-point models), then samples; the text streams to stdout.\n"
+    "Model keys are applied before loading: --max_seq_len N (KV-cache capacity of attention models),\n"
+    "and for implicit / fp models --eval_f_max_iter --eval_factor --f_tol --tau --seq_solver\n"
+    "--seq_warm_start --anderson_m --fp_eval_cap --fp_threshold (test-time compute).\n"
+    "stderr receives tokens/s for the prompt and the generation, mean solver iterations per token\n"
+    "(0 for explicit models) and the peak resident memory (getrusage ru_maxrss).\n",
+    GEN_OPTS, (int)(sizeof GEN_OPTS / sizeof *GEN_OPTS), GEN_KEYS, 1, 1, 1};
+
+int cmd_generate(int argc, char **argv) {
+    SampleCfg sc;
+    GenOpts go;
+    sample_cfg_default(&sc);
+    gen_opts_default(&go);
     /* batch-1 generation at the sizes this runs (D ~128-1024) is dominated by per-call overhead:
      * 0.081 ms/token on one thread against 0.23 on two (README, imp_gen_b1); --threads overrides */
-    k_set_threads(1);
-    int nkv = 0;
-    for (int i = 1; i < argc; i += 2) {
-        if (strncmp(argv[i], "--", 2)) { err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail("run `implicit generate --help`"); }
-        if (i + 1 >= argc) { err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
-        const char *k = argv[i] + 2, *v = argv[i + 1];
-        char *end = NULL;
-        if (!strcmp(k, "prompt")) a->prompt = v;
-        else if (!strcmp(k, "max_tokens")) a->go.max_tokens = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "temperature")) a->sc.temperature = strtof(v, &end);
-        else if (!strcmp(k, "top_k")) a->sc.top_k = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "top_p")) a->sc.top_p = strtof(v, &end);
-        else if (!strcmp(k, "seed")) a->sc.seed = strtoull(v, &end, 10);
-        else if (!strcmp(k, "stop")) a->go.stop = *v ? v : NULL;
-        else if (!strcmp(k, "tokenizer")) a->tok_spec = v;
-        else if (!strcmp(k, "threads")) k_set_threads((int)strtol(v, &end, 10));
-        else if (!strcmp(k, "json")) a->json_out = v;
-        else if (!strcmp(k, "echo")) a->echo = (int)strtol(v, &end, 10);
-        else if (nkv < 62) { a->kv[nkv++] = k; a->kv[nkv++] = v; }   /* model keys, checked below */
-        if (end && (end == v || *end)) {
-            err_set(IM_EINVAL, "option '--%s': '%s' is not a number", k, v);
-            return fail("run `implicit generate --help`");
-        }
-    }
-    a->kv[nkv] = NULL;
-    ModelCfg probe;   /* name a typo before loading anything */
-    cfg_defaults(&probe);
-    for (int i = 0; i < nkv; i += 2)
-        if (cfg_set(&probe, a->kv[i], a->kv[i + 1])) {
-            err_set(IM_EINVAL, "unknown option or bad value '--%s %s'", a->kv[i], a->kv[i + 1]);
-            return fail("run `implicit generate --help` (model keys: `implicit init --help`)");
-        }
-    if (!a->prompt) {
+    GenArgs a = {.max_tokens = go.max_tokens, .top_k = sc.top_k, .seed = (long long)sc.seed, .threads = 1, .echo = 1,
+                 .temperature = sc.temperature, .top_p = sc.top_p};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&generate_cmd, &a, argc, argv, &o, &rc)) return rc;
+    const char *ckpt = o.pos[0], *prompt = a.prompt, *tok_spec_arg = a.tokenizer, *json_out = a.json, *kv[64];
+    rc = opts_key_list(&o, kv, 64);
+    opts_free(&o);
+    if (rc) return fail(NULL);
+    if (!prompt) {
         err_set(IM_EINVAL, "missing --prompt");
         return fail("implicit generate CKPT --prompt \"Once upon a time\"");
     }
-    if (a->go.max_tokens < 0) { err_set(IM_EINVAL, "--max_tokens must be >= 0"); return fail(NULL); }
-    return 0;
-}
-
-int cmd_generate(int argc, char **argv) {
-    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        help();
-        return 0;
-    }
-    if (argc < 1 || !strncmp(argv[0], "--", 2)) {
-        err_set(IM_EINVAL, "`implicit generate` needs a checkpoint");
-        return fail("implicit generate runs/x/best.safetensors --prompt \"Once upon a time\" (see --help)");
-    }
-    GenArgs a;
-    if (parse_args(&a, argc, argv)) return 1;
-    if (report_check(a.json_out)) return fail(NULL);
-    if (report_is_stdout(a.json_out)) report_reserve_stdout();   /* the text to stderr, the JSON alone to stdout */
-    const char *ckpt = a.ckpt, *prompt = a.prompt, *tok_spec_arg = a.tok_spec, *json_out = a.json_out;
-    SampleCfg sc = a.sc;
-    GenOpts go = a.go;
-    int echo = a.echo;
-    const char *const *kv = a.kv;
+    if (report_check(json_out)) return fail(NULL);
+    if (report_is_stdout(json_out)) report_reserve_stdout();   /* the text to stderr, the JSON alone to stdout */
+    k_set_threads((int)a.threads);
+    sc.temperature = (float)a.temperature;
+    sc.top_k = (int)a.top_k;
+    sc.top_p = (float)a.top_p;
+    sc.seed = (uint64_t)a.seed;
+    go.max_tokens = (int)a.max_tokens;
+    go.stop = a.stop && *a.stop ? a.stop : NULL;
+    int echo = (int)a.echo;
     Model m;
     if (gen_load_model(&m, ckpt, kv))
         return fail("is this a checkpoint written by `implicit`?");
@@ -200,7 +164,7 @@ int cmd_generate(int argc, char **argv) {
                 "model was trained with another tokenizer, give it with --tokenizer\n", tok_spec(tok), tok_vocab(tok),
                 m.cfg.vocab_size);
     Sampler s;
-    int *ids = NULL, *out = NULL, rc;
+    int *ids = NULL, *out = NULL;
     size_t n_ids = 0;
     if ((rc = sampler_init(&s, &sc, tok_vocab(tok)))) goto done;
     if ((rc = tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids))) goto done;

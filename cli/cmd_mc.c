@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "implicit.h"
+#include "cli.h"
 #include "../src/train/mc.h"
 #include "../src/train/sample.h"
 
@@ -18,23 +19,30 @@ static int fail(const char *hint) {
     return 1;
 }
 
-static void help(void) {
-    printf("usage: implicit mc CKPT TASK.jsonl [options]\n"
-           "Scores every choice of every item by the summed log-likelihood of its tokens after the context\n"
-           "(one full-sequence forward per context+choice, joint tokenisation as lm-evaluation-harness) and\n"
-           "reports acc (argmax log-likelihood), acc_norm (argmax log-likelihood per byte of the choice) and\n"
-           "greedy_acc (the gold choice is the greedy continuation: LAMBADA's metric).\n"
-           "TASK.jsonl: one object per line, {\"context\": str, \"choices\": [str, ...], \"gold\": int}; also\n"
-           "\"query\"/\"ctx\", \"endings\" and \"label\" (int or digit string), as in HellaSwag files.\n"
-           "  --limit N          score the first N items only\n"
-           "  --json OUT         write the metrics and per-item log-likelihoods\n"
-           "  --tokenizer SPEC   byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)\n"
-           "  --delimiter STR    inserted between context and choice (default none; ' ' for files whose\n"
-           "                     choices lack the leading space, e.g. HellaSwag's endings)\n"
-           "  --threads N        OpenMP / BLAS threads\n"
-           "Model keys applied before loading: --max_seq_len N (longer inputs lose context on the left),\n"
-           "--eval_f_max_iter N, --f_tol X, ... (implicit / fp models).\n");
-}
+typedef struct {
+    long long limit, threads;
+    const char *json, *tokenizer, *delimiter;
+} McArgs;
+
+static const OptSpec MC_OPTS[] = {
+    OPT(McArgs, limit, 0, 2147483647, "N", "score the first N items only (0 = all)"),
+    OPT(McArgs, json, 0, 0, "OUT", "write the metrics and per-item log-likelihoods"),
+    OPT(McArgs, tokenizer, 0, 0, "SPEC", "byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)"),
+    OPT(McArgs, delimiter, 0, 0, "STR", "inserted between context and choice (' ' for choices without a leading space)"),
+    OPT(McArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
+};
+static const OptKeys MC_KEYS[] = {{&model_keytab, NULL, 0}};
+const CmdSpec mc_cmd = {
+    "mc", "CKPT TASK.jsonl [options]", "multiple-choice log-likelihood evaluation: acc, acc_norm",
+    "Scores every choice of every item by the summed log-likelihood of its tokens after the context\n"
+    "(one full-sequence forward per context+choice, joint tokenisation as lm-evaluation-harness) and\n"
+    "reports acc (argmax log-likelihood), acc_norm (argmax log-likelihood per byte of the choice) and\n"
+    "greedy_acc (the gold choice is the greedy continuation: LAMBADA's metric).\n"
+    "TASK.jsonl: one object per line, {\"context\": str, \"choices\": [str, ...], \"gold\": int}; also\n"
+    "\"query\"/\"ctx\", \"endings\" and \"label\" (int or digit string), as in HellaSwag files.\n"
+    "Model keys are applied before loading: --max_seq_len N (longer inputs lose context on the left),\n"
+    "--eval_f_max_iter N, --f_tol X, ... (implicit / fp models).\n",
+    MC_OPTS, (int)(sizeof MC_OPTS / sizeof *MC_OPTS), MC_KEYS, 1, 2, 2};
 
 static void progress(void *ctx, int done, int total, const McSummary *s) {
     (void)ctx;
@@ -45,41 +53,19 @@ static void progress(void *ctx, int done, int total, const McSummary *s) {
 }
 
 int cmd_mc(int argc, char **argv) {
-    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        help();
-        return 0;
-    }
-    if (argc < 2 || !strncmp(argv[1], "--", 2)) {
-        err_set(IM_EINVAL, "`implicit mc` needs a checkpoint and a task file");
-        return fail("implicit mc runs/x/best.safetensors tests/fixtures/mc_tiny.jsonl (see --help)");
-    }
-    const char *ckpt = argv[0], *task_path = argv[1], *tok_arg = NULL, *json_out = NULL, *delim = "";
-    int limit = 0;
+    McArgs a = {.delimiter = ""};
+    OptArgs cl;
+    int rc;
+    if (!opts_get(&mc_cmd, &a, argc, argv, &cl, &rc)) return rc;
+    const char *ckpt = cl.pos[0], *task_path = cl.pos[1], *tok_arg = a.tokenizer, *json_out = a.json, *delim = a.delimiter;
+    int limit = (int)a.limit;
     const char *kv[64];
-    int nkv = 0;
-    for (int i = 2; i < argc; i += 2) {
-        if (strncmp(argv[i], "--", 2)) { err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail("run `implicit mc --help`"); }
-        if (i + 1 >= argc) { err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
-        const char *k = argv[i] + 2, *v = argv[i + 1];
-        char *end = NULL;
-        if (!strcmp(k, "limit")) limit = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "json")) json_out = v;
-        else if (!strcmp(k, "tokenizer")) tok_arg = v;
-        else if (!strcmp(k, "delimiter")) delim = v;
-        else if (!strcmp(k, "threads")) k_set_threads((int)strtol(v, &end, 10));
-        else if (nkv < 62) { kv[nkv++] = k; kv[nkv++] = v; }
-        if (end && (end == v || *end)) { err_set(IM_EINVAL, "option '--%s': '%s' is not an integer", k, v); return fail(NULL); }
-    }
-    kv[nkv] = NULL;
+    rc = opts_key_list(&cl, kv, 64);
+    opts_free(&cl);
+    if (rc) return fail(NULL);
+    if (a.threads > 0) k_set_threads((int)a.threads);
     if (report_check(json_out)) return fail(NULL);
     if (report_is_stdout(json_out)) report_reserve_stdout();   /* the summary to stderr, the JSON alone to stdout */
-    ModelCfg probe;   /* other options are model keys: name a typo before loading anything */
-    cfg_defaults(&probe);
-    for (int i = 0; i < nkv; i += 2)
-        if (cfg_set(&probe, kv[i], kv[i + 1])) {
-            err_set(IM_EINVAL, "unknown option or bad value '--%s %s'", kv[i], kv[i + 1]);
-            return fail("run `implicit mc --help` (model keys: `implicit init --help`)");
-        }
     McTask task;
     if (mc_load(&task, task_path, limit))
         return fail("one JSON object per line: {\"context\": ..., \"choices\": [...], \"gold\": N}");
@@ -101,7 +87,7 @@ int cmd_mc(int argc, char **argv) {
     McItemResult *res = calloc((size_t)task.n, sizeof *res);
     McSummary sum;
     McOpts o = {delim, isatty(STDERR_FILENO) ? progress : NULL, NULL};
-    int rc = res ? mc_run(&m, tok, &task, &o, res, &sum) : err_set(IM_ENOMEM, "out of memory");
+    rc = res ? mc_run(&m, tok, &task, &o, res, &sum) : err_set(IM_ENOMEM, "out of memory");
     if (!rc) {
         int implicit = !strncmp(m.cfg.model, "implicit_", 9) || !strncmp(m.cfg.model, "fp_", 3);
         printf("%s on %s: %d items, %ld forwards, %s model, %s tokenizer\n", ckpt, task_path, sum.n, sum.forwards,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "implicit.h"
+#include "cli.h"
 
 typedef struct {
     const char *model;
@@ -92,8 +93,17 @@ static int run_case(const SmokeCase *sc, const char *dir, int B, int T) {
     return ok ? 0 : 1;
 }
 
+const CmdSpec smoke_cmd = {
+    "smoke", "[DIR]", "build every model family, run forward/backward/step, save and reload",
+    "Checkpoints go to DIR (default: a new folder under /tmp). Exits 1 if any family disagrees.\n",
+    NULL, 0, NULL, 0, 0, 1};
+
 int cmd_smoke(int argc, char **argv) {
-    const char *dir = argc >= 1 ? argv[0] : NULL;
+    OptArgs o;
+    int rc;
+    if (!opts_get(&smoke_cmd, NULL, argc, argv, &o, &rc)) return rc;
+    const char *dir = o.n_pos ? o.pos[0] : NULL;
+    opts_free(&o);
     char tmp[] = "/tmp/implicit-smoke-XXXXXX";
     if (!dir && !(dir = mkdtemp(tmp))) { perror("mkdtemp"); return 1; }
     printf("implicit smoke: B=2 T=16, checkpoints in %s\n", dir);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "../src/core/check.h"
 #include "../src/core/fsutil.h"
 #include "../src/tok/tokenizer.h"
@@ -23,20 +24,9 @@ static int fail(const char *hint) {
     return 1;
 }
 
-static void tok_help(FILE *f) {
-    fprintf(f,
-            "usage: implicit tokenizer train TEXT... --vocab N --out FILE.bpe [--pretokenize gpt2|none] [--eos 0|1]\n"
-            "       implicit tokenizer encode SPEC [--text S | --file F] [--stats 1]\n"
-            "       implicit tokenizer decode SPEC [IDS...]\n"
-            "       implicit tokenizer info SPEC\n"
-            "SPEC: byte (256 byte ids, no file) | FILE.bpe (from `tokenizer train`) | FILE.json (Hugging Face\n"
-            "      tokenizer.json, byte-level BPE as GPT-2 / GPT-NeoX)\n"
-            "train: learns N - 256 merges (N - 257 with --eos 1, which reserves the last id for <|endoftext|>);\n"
-            "       --pretokenize gpt2 (default) keeps merges inside GPT-2-style chunks (words, numbers,\n"
-            "       punctuation, whitespace), none lets them cross any boundary\n"
-            "encode: reads --text, --file or stdin and prints the ids; --stats 1 adds bytes/token on stderr\n"
-            "decode: ids as arguments (spaces or commas allowed) or on stdin; writes the exact bytes\n");
-}
+#define TOK_SPEC_HELP                                                                                 \
+    "SPEC: byte (256 byte ids, no file) | FILE.bpe (from `tokenizer train`) | FILE.json (Hugging Face\n" \
+    "      tokenizer.json, byte-level BPE as GPT-2 / GPT-NeoX)\n"
 
 /* A whole file (or stdin for "-") into memory. */
 static int slurp(const char *path, char **buf, size_t *n) {
@@ -47,44 +37,38 @@ static int slurp(const char *path, char **buf, size_t *n) {
     return rc ? err_wrap(rc, "cannot read '%s'", path) : IM_OK;
 }
 
-static int parse_int_opt(const char *opt, const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return err_set(IM_EINVAL, "option '%s': expected an integer in %ld..%ld, got '%s'", opt, lo, hi, s);
-    *out = (int)v;
-    return IM_OK;
-}
+typedef struct {
+    long long vocab, eos;
+    const char *out, *pretokenize;
+} TokTrainArgs;
+
+static const OptSpec TOK_TRAIN_OPTS[] = {
+    OPT(TokTrainArgs, vocab, 256, 1 << 22, "N", "vocabulary size: N - 256 merges (N - 257 with --eos 1)"),
+    OPT(TokTrainArgs, out, 0, 0, "FILE.bpe", "the merges file"),
+    OPT(TokTrainArgs, pretokenize, 0, 0, "S", "gpt2: merges stay inside GPT-2-style chunks | none: they cross any boundary"),
+    OPT(TokTrainArgs, eos, 0, 1, "0|1", "1 reserves the last id for <|endoftext|>"),
+};
+static const CmdSpec tok_train_cmd = {
+    "tokenizer train", "TEXT... --vocab N --out FILE.bpe [--pretokenize gpt2|none] [--eos 0|1]",
+    "learn byte-level BPE merges from text files",
+    "GPT-2-style chunks are words, numbers, punctuation and whitespace.\n",
+    TOK_TRAIN_OPTS, (int)(sizeof TOK_TRAIN_OPTS / sizeof *TOK_TRAIN_OPTS), NULL, 0, 1, -1};
 
 static int cmd_train_tok(int argc, char **argv) {
-    TokTrainOpts o = {.vocab = 0, .pretok = TOK_PRETOK_GPT2, .eos = 0};
-    const char *out = NULL;
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
-    int n_files = 0, rc = IM_OK;
-    for (int i = 0; i < argc && !rc; i++) {
-        if (strncmp(argv[i], "--", 2)) {
-            files[n_files++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= argc) {
-            rc = err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-            break;
-        }
-        const char *k = argv[i], *v = argv[++i];
-        if (!strcmp(k, "--vocab")) rc = parse_int_opt(k, v, 256, 1 << 22, &o.vocab);
-        else if (!strcmp(k, "--out")) out = v;
-        else if (!strcmp(k, "--pretokenize")) rc = tok_pretok_parse(v, &o.pretok);
-        else if (!strcmp(k, "--eos")) rc = parse_int_opt(k, v, 0, 1, &o.eos);
-        else rc = err_set(IM_EINVAL, "unknown option '%s'", k);
-    }
-    if (!rc && !n_files) rc = err_set(IM_EINVAL, "`tokenizer train` needs at least one text file");
+    TokTrainArgs a = {0, 0, NULL, "gpt2"};
+    OptArgs cl;
+    int rc;
+    if (!opts_get(&tok_train_cmd, &a, argc, argv, &cl, &rc)) return rc;
+    TokTrainOpts o = {.vocab = (int)a.vocab, .pretok = TOK_PRETOK_GPT2, .eos = (int)a.eos};
+    const char *out = a.out, **files = (const char **)cl.pos;
+    int n_files = cl.n_pos;
+    rc = tok_pretok_parse(a.pretokenize, &o.pretok);
     if (!rc && !o.vocab) rc = err_set(IM_EINVAL, "`tokenizer train` needs --vocab N (e.g. 1280 = 256 bytes + 1024 merges)");
     if (!rc && !out) rc = err_set(IM_EINVAL, "`tokenizer train` needs --out FILE.bpe");
     if (!rc && (strlen(out) < 4 || strcmp(out + strlen(out) - 4, ".bpe")))
         rc = err_set(IM_EINVAL, "the output '%s' must end in .bpe (the spec names the kind by its extension)", out);
     if (rc) {
-        free(files);
+        opts_free(&cl);
         return fail("implicit tokenizer train data.txt --vocab 1280 --out data.bpe");
     }
     char **texts = calloc((size_t)n_files, sizeof *texts);
@@ -95,7 +79,7 @@ static int cmd_train_tok(int argc, char **argv) {
     for (int i = 0; i < n_files; i++) free(texts[i]);
     free(texts);
     free(lens);
-    free(files);
+    opts_free(&cl);
     if (rc) return fail(rc == IM_EIO ? "are the files there and the output folder writable?" : NULL);
     printf("wrote %s: %d merges, vocab %d, pretokenize %s, eos %d\n", out, st.merges, st.vocab, tok_pretok_name(o.pretok),
            o.eos ? st.vocab - 1 : -1);
@@ -106,24 +90,31 @@ static int cmd_train_tok(int argc, char **argv) {
     return 0;
 }
 
+typedef struct {
+    const char *text, *file;
+    long long stats;
+} EncodeArgs;
+
+static const OptSpec ENCODE_OPTS[] = {
+    OPT(EncodeArgs, text, 0, 0, "S", "the text to encode"),
+    OPT(EncodeArgs, file, 0, 0, "F", "a file to encode (- = stdin; neither --text nor --file: stdin)"),
+    OPT(EncodeArgs, stats, 0, 1, "0|1", "1 adds bytes/token on stderr"),
+};
+static const CmdSpec encode_cmd = {"tokenizer encode", "SPEC [--text S | --file F] [--stats 1]",
+                                   "print the ids of a text on one line", TOK_SPEC_HELP, ENCODE_OPTS, 3, NULL, 0, 1, 1};
+
 static int cmd_encode(int argc, char **argv) {
-    if (argc < 1 || !strncmp(argv[0], "--", 2)) {
-        err_set(IM_EINVAL, "`tokenizer encode` needs a SPEC first");
-        return fail("implicit tokenizer encode byte --text 'hello'");
-    }
-    const char *text = NULL, *file = NULL;
-    int stats = 0, rc = IM_OK;
-    for (int i = 1; i < argc && !rc; i += 2) {
-        if (i + 1 >= argc) rc = err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-        else if (!strcmp(argv[i], "--text")) text = argv[i + 1];
-        else if (!strcmp(argv[i], "--file")) file = argv[i + 1];
-        else if (!strcmp(argv[i], "--stats")) rc = parse_int_opt("--stats", argv[i + 1], 0, 1, &stats);
-        else rc = err_set(IM_EINVAL, "unknown option '%s'", argv[i]);
-    }
-    if (!rc && text && file) rc = err_set(IM_EINVAL, "give --text or --file, not both");
-    if (rc) return fail("see `implicit tokenizer --help`");
+    EncodeArgs a = {0};
+    OptArgs cl;
+    int rc;
+    if (!opts_get(&encode_cmd, &a, argc, argv, &cl, &rc)) return rc;
+    const char *spec = cl.pos[0], *text = a.text, *file = a.file;
+    int stats = (int)a.stats;
+    opts_free(&cl);
+    if (text && file) rc = err_set(IM_EINVAL, "give --text or --file, not both");
+    if (rc) return fail("see `implicit tokenizer encode --help`");
     Tokenizer *t;
-    if (tok_load(&t, argv[0])) return fail("SPEC is byte, FILE.bpe or FILE.json");
+    if (tok_load(&t, spec)) return fail("SPEC is byte, FILE.bpe or FILE.json");
     char *buf = NULL;
     size_t n = 0;
     if (text) n = strlen(text);
@@ -164,15 +155,23 @@ static int parse_ids(const char *s, int **ids, size_t *n, size_t *cap) {
     }
 }
 
+static const CmdSpec decode_cmd = {"tokenizer decode", "SPEC [IDS...]",
+                                   "write the exact bytes of token ids (arguments, or stdin when none)",
+                                   TOK_SPEC_HELP "IDS: integers separated by spaces or commas\n", NULL, 0, NULL, 0, 1, -1};
+
 static int cmd_decode(int argc, char **argv) {
-    if (argc < 1) {
-        err_set(IM_EINVAL, "`tokenizer decode` needs a SPEC first");
-        return fail("implicit tokenizer decode byte 104 105");
-    }
+    OptArgs cl;
+    int rc;
+    if (!opts_get(&decode_cmd, NULL, argc, argv, &cl, &rc)) return rc;
     Tokenizer *t;
-    if (tok_load(&t, argv[0])) return fail("SPEC is byte, FILE.bpe or FILE.json");
-    int *ids = NULL, rc = IM_OK;
+    if (tok_load(&t, cl.pos[0])) {
+        opts_free(&cl);
+        return fail("SPEC is byte, FILE.bpe or FILE.json");
+    }
+    int *ids = NULL;
     size_t n = 0, cap = 0;
+    argc = cl.n_pos;
+    argv = cl.pos;
     if (argc == 1) {
         char *buf;
         size_t len;
@@ -183,6 +182,7 @@ static int cmd_decode(int argc, char **argv) {
         }
     }
     for (int i = 1; i < argc && !rc; i++) rc = parse_ids(argv[i], &ids, &n, &cap);
+    opts_free(&cl);
     char *text = NULL;
     size_t len = 0;
     if (!rc) rc = tok_decode(t, ids, n, &text, &len);
@@ -193,13 +193,17 @@ static int cmd_decode(int argc, char **argv) {
     return rc ? fail(NULL) : 0;
 }
 
+static const CmdSpec tok_info_cmd = {"tokenizer info", "SPEC", "kind, vocabulary, end-of-text id, merges", TOK_SPEC_HELP,
+                                     NULL, 0, NULL, 0, 1, 1};
+
 static int cmd_tok_info(int argc, char **argv) {
-    if (argc != 1) {
-        err_set(IM_EINVAL, "`tokenizer info` takes exactly one SPEC");
-        return fail("implicit tokenizer info data.bpe");
-    }
+    OptArgs cl;
+    int rc;
+    if (!opts_get(&tok_info_cmd, NULL, argc, argv, &cl, &rc)) return rc;
     Tokenizer *t;
-    if (tok_load(&t, argv[0])) return fail("SPEC is byte, FILE.bpe or FILE.json");
+    rc = tok_load(&t, cl.pos[0]);
+    opts_free(&cl);
+    if (rc) return fail("SPEC is byte, FILE.bpe or FILE.json");
     printf("spec         %s\nkind         %s\nvocab        %d\n", tok_spec(t), tok_kind(t), tok_vocab(t));
     size_t len = 0;
     const char *eos = tok_eos(t) >= 0 ? tok_piece(t, tok_eos(t), &len) : NULL;
@@ -210,15 +214,13 @@ static int cmd_tok_info(int argc, char **argv) {
     return 0;
 }
 
-int cmd_tok(int argc, char **argv) {
-    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        tok_help(argc < 1 ? stderr : stdout);
-        return argc < 1;
-    }
-    if (!strcmp(argv[0], "train")) return cmd_train_tok(argc - 1, argv + 1);
-    if (!strcmp(argv[0], "encode")) return cmd_encode(argc - 1, argv + 1);
-    if (!strcmp(argv[0], "decode")) return cmd_decode(argc - 1, argv + 1);
-    if (!strcmp(argv[0], "info")) return cmd_tok_info(argc - 1, argv + 1);
-    fprintf(stderr, "error: unknown tokenizer command '%s'\nhint: train | encode | decode | info\n", argv[0]);
-    return 1;
+const CmdSpec tokenizer_cmd = {"tokenizer", "train|encode|decode|info ...",
+                               "byte-level BPE: learn merges, use a .bpe or tokenizer.json", NULL, NULL, 0, NULL, 0, 0, -1};
+
+int cmd_tokenizer(int argc, char **argv) {
+    static const OptCommand cmds[] = {{&tok_train_cmd, cmd_train_tok}, {&encode_cmd, cmd_encode},
+                                      {&decode_cmd, cmd_decode}, {&tok_info_cmd, cmd_tok_info}};
+    return opts_dispatch("tokenizer", cmds, 4,
+                         TOK_SPEC_HELP "encode | decode reproduces the input: decode writes the exact bytes, no newline added.\n",
+                         argc, argv);
 }

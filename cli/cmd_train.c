@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "implicit.h"
+#include "cli.h"
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"
 #include "../src/train/dist.h"
@@ -24,48 +25,29 @@ static int fail(const char *hint) {
     return 1;
 }
 
-static void train_help(void) {
-    ModelCfg m;
-    TaskCfg t;
-    TrainCfg r;
-    cfg_defaults(&m);
-    task_cfg_defaults(&t);
-    train_cfg_defaults(&r);
-    printf("usage: implicit train [CONFIG.json] [--key value ...]\n"
-           "       implicit train --resume DIR [--steps N ...]\n"
-           "A config file is JSON, flat or sectioned {\"model\": {...}, \"task\": {...}, \"train\": {...}}, or a\n"
-           "config of the PyTorch reference (backbone_config / deq_params, mapped by src/io/refcfg.c);\n"
-           "--key value overrides it. vocab_size defaults to the task's vocabulary.\n\nmodel keys:\n");
-    keytab_print(&model_keytab, &m, stdout);
-    printf("\ntask keys:\n");
-    keytab_print(&task_keytab, &t, stdout);
-    printf("\ntrain keys:\n");
-    keytab_print(&train_keytab, &r, stdout);
-}
-
 typedef struct {
-    int argc;
-    char **argv;
-} Args;
+    const char *resume;
+} TrainArgs;
 
-/* Apply `--key value` pairs to the given tables. */
-static int apply_args(const KeyTab *const *tabs, void *const *objs, int n, int argc, char **argv) {
-    for (int i = 0; i < argc; i += 2) {
-        if (strncmp(argv[i], "--", 2)) return err_set(IM_EINVAL, "unexpected argument '%s' (options are --key value)", argv[i]);
-        if (i + 1 >= argc) return err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-        int rc = keyjson_set_any(tabs, objs, n, argv[i] + 2, argv[i + 1]);
-        if (rc) return rc;
-    }
-    return IM_OK;
-}
+static const OptSpec TRAIN_OPTS[] = {
+    OPT(TrainArgs, resume, 0, 0, "DIR", "continue the run in DIR bit-exactly (its config; --key value still overrides)"),
+};
+static const OptKeys TRAIN_KEYS[] = {{&model_keytab, NULL, 1}, {&task_keytab, NULL, 1}, {&train_keytab, NULL, 1}};
+const CmdSpec train_cmd = {
+    "train", "[CONFIG.json] [--key value ...]\n--resume DIR [--steps N ...]",
+    "train a model on a task; `train --resume DIR` continues an interrupted run",
+    "A config file is JSON, flat or sectioned {\"model\": {...}, \"task\": {...}, \"train\": {...}}, or a\n"
+    "config of the PyTorch reference (backbone_config / deq_params, mapped by src/io/refcfg.c);\n"
+    "--key value overrides it. vocab_size defaults to the task's vocabulary.\n",
+    TRAIN_OPTS, 1, TRAIN_KEYS, 3, 0, 1};
 
 static int resume_overrides(Trainer *t, void *ctx) {
-    Args *a = ctx;
+    const OptArgs *o = ctx;
     const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
     void *objs[] = {&t->mcfg, &t->tcfg, &t->cfg};
     char out[KEY_STR_LEN];
     snprintf(out, sizeof out, "%s", t->cfg.out);
-    int rc = apply_args(tabs, objs, 3, a->argc, a->argv);
+    int rc = opts_apply_keys(o, tabs, objs, 3);
     snprintf(t->cfg.out, sizeof t->cfg.out, "%s", out);   /* a resumed run stays in its folder */
     return rc;
 }
@@ -104,39 +86,49 @@ static void summary(const Trainer *t, double seconds) {
            t->cfg.out);
 }
 
-int cmd_train(int argc, char **argv) {
-    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) { train_help(); return 0; }
-    Trainer t;
+/* Creates the trainer from a config file and --key value options (fresh run) or from a run
+ * folder (--resume); the options are freed on every path. */
+static int train_setup(Trainer *t, const TrainArgs *a, OptArgs *o) {
     int rc;
-    double t0 = timer_now();
-    if (argc >= 2 && !strcmp(argv[0], "--resume")) {
-        Args a = {argc - 2, argv + 2};
-        if ((rc = trainer_resume(&t, argv[1], resume_overrides, &a)))
-            return fail("--resume takes the output folder of an earlier `implicit train` run");
-        if (dist_rank() == 0) fprintf(stderr, "resuming %s at step %d of %d\n", argv[1], t.step, t.cfg.steps);
-    } else {
-        ModelCfg m;
-        TaskCfg task;
-        TrainCfg cfg;
-        cfg_defaults(&m);
-        task_cfg_defaults(&task);
-        train_cfg_defaults(&cfg);
-        m.vocab_size = -1;   /* "from the task" unless a config says otherwise */
-        cfg.best_metric[0] = 0; /* "the task's" unless given: loss for lm, seq_acc otherwise */
-        const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
-        void *objs[] = {&m, &task, &cfg};
-        int first = 0;
-        if (argc >= 1 && strncmp(argv[0], "--", 2)) {
-            char *text;
-            size_t len;
-            if (keyjson_read_file(argv[0], &text, &len)) return fail("the first argument is a JSON config file");
-            rc = keyjson_apply(tabs, objs, 3, text, len, argv[0]);
-            free(text);
-            if (rc) return fail("run `implicit train --help` for the keys");
-            first = 1;
+    if (a->resume) {
+        if (o->n_pos) {
+            err_set(IM_EINVAL, "--resume takes the run's own config: give no config file ('%s')", o->pos[0]);
+            opts_free(o);
+            return fail("implicit train --resume DIR [--steps N ...]");
         }
-        if (apply_args(tabs, objs, 3, argc - first, argv + first)) return fail("run `implicit train --help` for the keys");
-        if (task_cfg_validate(&task)) return fail("run `implicit train --help` for the task keys");
+        rc = trainer_resume(t, a->resume, resume_overrides, o);
+        opts_free(o);
+        if (rc) return fail("--resume takes the output folder of an earlier `implicit train` run");
+        if (dist_rank() == 0) fprintf(stderr, "resuming %s at step %d of %d\n", a->resume, t->step, t->cfg.steps);
+        return 0;
+    }
+    ModelCfg m;
+    TaskCfg task;
+    TrainCfg cfg;
+    cfg_defaults(&m);
+    task_cfg_defaults(&task);
+    train_cfg_defaults(&cfg);
+    m.vocab_size = -1;   /* "from the task" unless a config says otherwise */
+    cfg.best_metric[0] = 0; /* "the task's" unless given: loss for lm, seq_acc otherwise */
+    const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+    void *objs[] = {&m, &task, &cfg};
+    if (o->n_pos) {
+        char *text;
+        size_t len;
+        rc = keyjson_read_file(o->pos[0], &text, &len);
+        if (!rc) {
+            rc = keyjson_apply(tabs, objs, 3, text, len, o->pos[0]);
+            free(text);
+        }
+        if (rc) {
+            opts_free(o);
+            return fail(rc == IM_EIO ? "the first argument is a JSON config file" : "run `implicit train --help` for the keys");
+        }
+    }
+    rc = opts_apply_keys(o, tabs, objs, 3);
+    opts_free(o);
+    if (rc) return fail("run `implicit train --help` for the keys");
+    if (task_cfg_validate(&task)) return fail("run `implicit train --help` for the task keys");
         int is_lm = !strcmp(task.task, "lm");
         if (m.vocab_size < 0 || is_lm) {
             Task *tk;
@@ -148,11 +140,21 @@ int cmd_train(int argc, char **argv) {
             task_free(tk);
         }
         if (!cfg.best_metric[0]) snprintf(cfg.best_metric, sizeof cfg.best_metric, "%s", is_lm ? "loss" : "seq_acc");
-        if ((rc = trainer_init(&t, &m, &task, &cfg)))
+        if ((rc = trainer_init(t, &m, &task, &cfg)))
             return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task"
                         : rc == IM_EIO     ? "choose a writable output folder with --out"
                                            : "check the config keys (`implicit train --help`)");
-    }
+    return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    TrainArgs a = {0};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&train_cmd, &a, argc, argv, &o, &rc)) return rc;
+    Trainer t;
+    double t0 = timer_now();
+    if (train_setup(&t, &a, &o)) return 1;
     rc = trainer_run(&t, 0);
     if (rc) {
         fail(rc == IM_ENUM ? "lower lr, raise clip, or use --on_nan skip" : NULL);
@@ -196,100 +198,102 @@ static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, in
     return rc;
 }
 
-int cmd_eval(int argc, char **argv) {
-    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        TaskCfg t;
-        task_cfg_defaults(&t);
-        printf("usage: implicit eval CKPT [--task-key value ...] [--samples N] [--batch N] [--threads N] [--json OUT]\n"
-               "                         [--csv OUT] [--mode simultaneous|sequential|both] [--max_iters 1,2,4,8,16,0]\n"
-               "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n"
-               "It prints accuracy per length and the longest length with > 90%% accuracy (sequence accuracy for the\n"
-               "word problems and copy, answer accuracy for the formal tasks and catbabi); --json / --csv write the\n"
-               "curve, one row per length (and p, and iteration cap).\n"
-               "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
-               "(duality); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models;\n"
-               "0 = as trained). Fixed-point RNNs (fp_*) also take --fp_eval_cap N and --fp_threshold X.\n"
-               "Implicit models also take --tau --f_tol --eval_f_max_iter --ema_alpha --seq_warm_start 1\n"
-               "--seq_solver anderson|broyden [--anderson_m M --broyden_m M] (sequential mode from the previous\n"
-               "token's fixed point / with Anderson or Broyden),\n"
-               "--latent_noise_db / --state_noise_db / --noise_mode / --noise_seed (noise in sequential mode, spec 7),\n"
-               "and --sradius N: the spectral radius of df/dz at the fixed point by N power iterations.\n"
-               "Language models (task lm) print validation loss and perplexity per length (--eval_lens, --data\n"
-               "for another token file); --pos_buckets N [--pos_width W] adds the loss by position within windows\n"
-               "of N x W tokens (W defaults to the training context), in buckets of W positions: the\n"
-               "length-extrapolation curve; --json adds it as \"positions\", --csv writes OUT_positions.csv beside OUT.\n\n"
-               "task keys:\n");
-        keytab_print(&task_keytab, &t, stdout);
-        return argc < 1 ? 1 : 0;
-    }
-    Model m;
-    if (ckpt_load(&m, argv[0], NULL)) return fail("is this a checkpoint written by `implicit`?");
-    TaskCfg tc;
-    task_cfg_defaults(&tc);
+typedef struct {
+    long long samples, batch, threads, sradius, pos_buckets, pos_width;
+    const char *json, *csv, *mode, *max_iters;
+} EvalArgs;
+
+static const OptSpec EVAL_OPTS[] = {
+    OPT(EvalArgs, samples, 0, 1e9, "N", "sequences per length and p (0 = the task's eval_samples)"),
+    OPT(EvalArgs, batch, 1, 1 << 20, "N", "sequences per forward"),
+    OPT(EvalArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
+    OPT(EvalArgs, json, 0, 0, "OUT", "write the curve as JSON (with --pos_buckets: and \"positions\")"),
+    OPT(EvalArgs, csv, 0, 0, "OUT", "write the curve as CSV (with --pos_buckets: and OUT_positions.csv)"),
+    OPT(EvalArgs, mode, 0, 0, "M", "simultaneous | sequential (token by token) | both (and their agreement)"),
+    OPT(EvalArgs, max_iters, 0, 0, "LIST", "iteration caps, e.g. 1,2,4,8,16,0: one evaluation each (0 = as trained)"),
+    OPT(EvalArgs, sradius, 0, 1e6, "N", "spectral radius of df/dz at z* by N power iterations (0 = off)"),
+    OPT(EvalArgs, pos_buckets, 1, 1 << 20, "N", "language models: loss by position in windows of N x W tokens"),
+    OPT(EvalArgs, pos_width, 1, 1 << 20, "W", "width of a position bucket (default: the training context)"),
+};
+/* evaluation-time model keys: iteration caps, tolerances, sequential solver options, noise */
+static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
+                                              "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
+                                              "broyden_m", "latent_noise_db", "state_noise_db", "noise_mode",
+                                              "noise_seed", "fp_eval_cap", "fp_threshold", NULL};
+static const OptKeys EVAL_KEYS[] = {{&task_keytab, NULL, 1}, {&model_keytab, EVAL_MODEL_KEYS, 1}};
+const CmdSpec eval_cmd = {
+    "eval", "CKPT [--key value ...]", "evaluate a checkpoint at several lengths / p values",
+    "The task defaults to the one stored in the checkpoint; --eval_lens and --eval_ps choose the sweep.\n"
+    "It prints accuracy per length and the longest length with > 90% accuracy (sequence accuracy for the\n"
+    "word problems and copy, answer accuracy for the formal tasks and catbabi); --json / --csv write the\n"
+    "curve, one row per length (and p, and iteration cap).\n"
+    "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
+    "(duality); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models).\n"
+    "The model keys below apply to implicit models (sequential mode: --seq_warm_start 1 starts from the\n"
+    "previous token's fixed point, --seq_solver anderson|broyden; noise in sequential mode, spec 7) and\n"
+    "to fixed-point RNNs (fp_*: --fp_eval_cap N, --fp_threshold X).\n"
+    "Language models (task lm) print validation loss and perplexity per length (--eval_lens, --data\n"
+    "for another token file); --pos_buckets N [--pos_width W] adds the loss by position within windows\n"
+    "of N x W tokens (W defaults to the training context), in buckets of W positions: the\n"
+    "length-extrapolation curve.\n",
+    EVAL_OPTS, (int)(sizeof EVAL_OPTS / sizeof *EVAL_OPTS), EVAL_KEYS, 2, 1, 1};
+
+/* The checkpoint's model and task, with the task and model keys of the command line applied. */
+static int eval_load(Model *m, TaskCfg *tc, const OptArgs *o) {
+    const char *path = o->pos[0];
+    if (ckpt_load(m, path, NULL)) return fail("is this a checkpoint written by `implicit`?");
+    task_cfg_defaults(tc);
     char *stored = NULL;
-    if (!ckpt_read_meta(argv[0], "task", &stored) && stored) {
-        const KeyTab *tabs[] = {&task_keytab};
-        void *objs[] = {&tc};
-        int rc = keyjson_apply(tabs, objs, 1, stored, strlen(stored), argv[0]);
+    const KeyTab *tabs[] = {&task_keytab, &model_keytab};
+    void *objs[] = {tc, &m->cfg};
+    int rc = IM_OK;
+    if (!ckpt_read_meta(path, "task", &stored) && stored) {
+        rc = keyjson_apply(tabs, objs, 1, stored, strlen(stored), path);
         free(stored);
-        if (rc) { model_free(&m); return fail(NULL); }
     }
-    int samples = -1, batch = 64, mode = EVAL_SIMULTANEOUS, n_caps = 1, caps[32] = {0}, sradius = 0;
-    int pos_buckets = 0, pos_width = 0;
-    const char *json_out = NULL, *csv_out = NULL;
-    for (int i = 1; i < argc; i += 2) {
-        if (i + 1 >= argc) { model_free(&m); err_set(IM_EINVAL, "option '%s' needs a value", argv[i]); return fail(NULL); }
-        const char *k = argv[i] + 2, *v = argv[i + 1];
-        if (strncmp(argv[i], "--", 2)) { model_free(&m); err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]); return fail(NULL); }
-        if (!strcmp(k, "samples")) samples = atoi(v);
-        else if (!strcmp(k, "batch")) batch = atoi(v);
-        else if (!strcmp(k, "threads")) k_set_threads(atoi(v));
-        else if (!strcmp(k, "json")) json_out = v;
-        else if (!strcmp(k, "csv")) csv_out = v;
-        else if (!strcmp(k, "sradius")) sradius = atoi(v);
-        else if (!strcmp(k, "pos_buckets") || !strcmp(k, "pos_width")) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 1 || x > (1 << 20)) {
-                model_free(&m);
-                err_set(IM_EINVAL, "--%s: expected a positive integer, got '%s'", k, v);
-                return fail(NULL);
-            }
-            *(!strcmp(k, "pos_buckets") ? &pos_buckets : &pos_width) = (int)x;
-        }
-        else if (!strcmp(k, "mode")) {
-            if ((mode = eval_mode_parse(v)) < 0) {
-                model_free(&m);
-                err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", v);
-                return fail(NULL);
-            }
-        } else if (!strcmp(k, "max_iters")) {
-            /* test-time compute: one evaluation per iteration cap (0 = the checkpoint's own) */
-            n_caps = 0;
-            for (const char *q = v; *q && n_caps < 32; q++) {
-                caps[n_caps++] = atoi(q);
-                while (*q && *q != ',') q++;
-                if (!*q) break;
-            }
-            if (strncmp(m.cfg.model, "implicit_", 9) && strncmp(m.cfg.model, "fp_", 3)) {
-                model_free(&m);
-                err_set(IM_EINVAL, "--max_iters applies to implicit and fixed-point models only (this is '%s')", m.cfg.model);
-                return fail(NULL);
-            }
-        }
-        else {
-            /* evaluation-time model keys: iteration caps, tolerances, sequential solver options */
-            static const char *const eval_keys[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
-                                                    "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda", "broyden_m",
-                                                    "latent_noise_db", "state_noise_db", "noise_mode", "noise_seed",
-                                                    "fp_eval_cap", "fp_threshold", NULL};
-            int model_key = 0;
-            for (int e = 0; eval_keys[e]; e++) model_key |= !strcmp(k, eval_keys[e]);
-            int rc = model_key ? cfg_set(&m.cfg, k, v) : keytab_set(&task_keytab, &tc, k, v);
-            if (!rc && model_key) rc = cfg_validate(&m.cfg);
-            if (rc == KEY_NOT_MINE) rc = err_set(IM_EINVAL, "unknown option '--%s'", k);
-            if (rc) { model_free(&m); return fail("run `implicit eval --help`"); }
-        }
+    if (!rc) rc = opts_apply_keys(o, tabs, objs, 2);
+    if (!rc) rc = cfg_validate(&m->cfg);
+    if (rc) model_free(m);
+    return rc ? fail("run `implicit eval --help`") : 0;
+}
+
+/* --mode and --max_iters (caps: up to 32 iteration caps, 0 = the checkpoint's own). */
+static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, int *n_caps) {
+    if ((*mode = eval_mode_parse(a->mode)) < 0)
+        return err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", a->mode);
+    *n_caps = 1;
+    caps[0] = 0;
+    if (!a->max_iters) return IM_OK;
+    /* test-time compute: one evaluation per iteration cap */
+    *n_caps = 0;
+    for (const char *q = a->max_iters; *q && *n_caps < 32; q++) {
+        caps[(*n_caps)++] = atoi(q);
+        while (*q && *q != ',') q++;
+        if (!*q) break;
+    }
+    if (strncmp(m->cfg.model, "implicit_", 9) && strncmp(m->cfg.model, "fp_", 3))
+        return err_set(IM_EINVAL, "--max_iters applies to implicit and fixed-point models only (this is '%s')", m->cfg.model);
+    return IM_OK;
+}
+
+int cmd_eval(int argc, char **argv) {
+    EvalArgs a = {.batch = 64, .mode = "simultaneous"};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&eval_cmd, &a, argc, argv, &o, &rc)) return rc;
+    Model m;
+    TaskCfg tc;
+    rc = eval_load(&m, &tc, &o);
+    const char *ckpt = o.pos[0];   /* an argv string: outlives o */
+    opts_free(&o);
+    if (rc) return 1;
+    int samples = (int)a.samples, batch = (int)a.batch, mode = 0, n_caps = 1, caps[32] = {0}, sradius = (int)a.sradius;
+    int pos_buckets = (int)a.pos_buckets, pos_width = (int)a.pos_width;
+    const char *json_out = a.json, *csv_out = a.csv;
+    if (a.threads > 0) k_set_threads((int)a.threads);
+    if (eval_modes(&a, &m, &mode, caps, &n_caps)) {
+        model_free(&m);
+        return fail(NULL);
     }
     if (samples > 0) tc.eval_samples = samples;
     if (batch < 1) { model_free(&m); err_set(IM_EINVAL, "--batch must be >= 1"); return fail(NULL); }
@@ -314,7 +318,7 @@ int cmd_eval(int argc, char **argv) {
     }
     const int *lens;
     const float *ps;
-    int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0, rc = 0;
+    int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0;
     EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
     int is_fp = !strncmp(m.cfg.model, "fp_", 3), own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
     int is_lm = task_kind(task) == TASK_LM;
@@ -333,7 +337,7 @@ int cmd_eval(int argc, char **argv) {
     if (!rc) {
         char desc[512];
         task_describe(task, desc, sizeof desc);
-        printf("%s: %s, %s\n", argv[0], m.type->name, desc);
+        printf("%s: %s, %s\n", ckpt, m.type->name, desc);
         eval_print_table(rows, n, stdout);
         eval_print_hist(rows, n, stdout);
         for (int c = 0; c < n_caps && !is_lm; c++) {
@@ -358,7 +362,7 @@ int cmd_eval(int argc, char **argv) {
                 free(tg);
             }
         if (!rc && json_out)
-            rc = eval_write_json_pos(json_out, argv[0], tc.task, rows, n, is_lm ? NULL : task_len_metric(task), 0.9, pos,
+            rc = eval_write_json_pos(json_out, ckpt, tc.task, rows, n, is_lm ? NULL : task_len_metric(task), 0.9, pos,
                                      pos ? n_caps : 0);
         if (!rc && csv_out) rc = eval_write_csv(csv_out, rows, n);
         if (!rc && csv_out && pos) {

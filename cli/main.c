@@ -1,29 +1,13 @@
-/* main.c: the `implicit` command line. One function per subcommand; each prints one error
- * line plus `hint:` lines and returns 1 on failure (the library itself never exits). */
+/* main.c: the `implicit` command line. One function per subcommand, listed in one table (cli.h);
+ * each parses its options with opts.h, prints one error line plus `hint:` lines and returns 1
+ * on failure (the library itself never exits). No command or an unknown one exits 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "implicit.h"
+#include "cli.h"
 #include "../src/train/dist.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: implicit <command> [options]\n"
-            "commands:\n"
-            "  --version            print version and build configuration\n"
-            "  info CKPT            model type, sizes, parameter count and stored config of a checkpoint\n"
-            "  init OUT [--key v]   write a freshly initialised model checkpoint (keys: `implicit init --help`)\n"
-            "  train [CFG] [--k v]  train a model on a task (`implicit train --help` lists every key)\n"
-            "  train --resume DIR   continue an interrupted run bit-exactly\n"
-            "  eval CKPT [--k v]    evaluate a checkpoint at several lengths / p values\n"
-            "  data prepare|dump|show   tokenize text into a token file; write or inspect a task's data\n"
-            "  demo [--threads N]   train explicit and implicit Mamba2 on a word problem, compare out of distribution\n"
-            "  smoke                build every model family, run forward/backward/step, save and reload\n"
-            "  generate CKPT --prompt TEXT   sample text token by token (`implicit generate --help`)\n"
-            "  mc CKPT TASK.jsonl   multiple-choice log-likelihood evaluation: acc, acc_norm\n"
-            "  tokenizer train|encode|decode|info   byte-level BPE: learn merges, use a .bpe or tokenizer.json\n");
-}
 
 static int fail(const char *hint) {
     fprintf(stderr, "error: %s\n", err_msg());
@@ -31,14 +15,18 @@ static int fail(const char *hint) {
     return 1;
 }
 
-static int cmd_info(int argc, char **argv) {
-    if (argc != 1) {
-        fprintf(stderr, "error: `implicit info` takes exactly one checkpoint path\nhint: implicit info run/model.safetensors\n");
-        return 1;
-    }
+const CmdSpec info_cmd = {"info", "CKPT", "model type, sizes, parameter count and stored config of a checkpoint",
+                          NULL, NULL, 0, NULL, 0, 1, 1};
+
+int cmd_info(int argc, char **argv) {
+    OptArgs o;
+    int rc;
+    if (!opts_get(&info_cmd, NULL, argc, argv, &o, &rc)) return rc;
+    const char *path = o.pos[0];
+    opts_free(&o);
     Model m;
-    if (ckpt_load(&m, argv[0], NULL)) return fail("is this a checkpoint written by `implicit`?");
-    printf("checkpoint   %s\n", argv[0]);
+    if (ckpt_load(&m, path, NULL)) return fail("is this a checkpoint written by `implicit`?");
+    printf("checkpoint   %s\n", path);
     printf("model        %s\n", m.type->name);
     printf("parameters   %zu (%d tensors, %.2f MB fp32)\n", ptab_count(&m.tab), m.tab.n,
            (double)ptab_count(&m.tab) * 4 / 1e6);
@@ -56,76 +44,51 @@ static int cmd_info(int argc, char **argv) {
     return 0;
 }
 
-/* Parse `--key value` pairs into a model config; returns the index of the first non-option. */
-static int parse_cfg_args(ModelCfg *c, int argc, char **argv) {
-    for (int i = 0; i < argc; i += 2) {
-        if (strncmp(argv[i], "--", 2)) return err_set(IM_EINVAL, "unexpected argument '%s'", argv[i]);
-        if (i + 1 >= argc) return err_set(IM_EINVAL, "option '%s' needs a value", argv[i]);
-        int rc = cfg_set(c, argv[i] + 2, argv[i + 1]);
-        if (rc) return rc;
-    }
-    return cfg_validate(c);
-}
+typedef struct {
+    long long seed;
+} InitArgs;
 
-static int cmd_init(int argc, char **argv) {
+static const OptSpec INIT_OPTS[] = {
+    OPT(InitArgs, seed, 0, 1e18, "N", "seed of the initialisation"),
+};
+static const OptKeys INIT_KEYS[] = {{&model_keytab, NULL, 1}};
+const CmdSpec init_cmd = {"init", "OUT.safetensors [--key value ...] [--seed N]",
+                          "write a freshly initialised model checkpoint", NULL,
+                          INIT_OPTS, 1, INIT_KEYS, 1, 1, 1};
+
+int cmd_init(int argc, char **argv) {
+    InitArgs a = {0};
+    OptArgs o;
+    int rc;
+    if (!opts_get(&init_cmd, &a, argc, argv, &o, &rc)) return rc;
+    const char *out = o.pos[0];
     ModelCfg c;
     cfg_defaults(&c);
-    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: implicit init OUT.safetensors [--key value ...] [--seed N]\nmodel keys (defaults):\n");
-        cfg_print(&c, stdout);
-        return 0;
-    }
-    if (argc < 1) { fprintf(stderr, "error: missing output path\nhint: implicit init model.safetensors --model llama\n"); return 1; }
-    unsigned long long seed = 0;
-    int n = argc - 1;
-    char **rest = argv + 1;
-    if (n >= 2 && !strcmp(rest[n - 2], "--seed")) { seed = strtoull(rest[n - 1], NULL, 10); n -= 2; }
-    if (parse_cfg_args(&c, n, rest)) return fail("see `implicit init --help` for the keys");
+    const KeyTab *tabs[] = {&model_keytab};
+    void *objs[] = {&c};
+    rc = opts_apply_keys(&o, tabs, objs, 1);
+    opts_free(&o);
+    if (rc || cfg_validate(&c)) return fail("see `implicit init --help` for the keys");
     Model m;
     if (model_create(&m, &c)) return fail(NULL);
-    model_init_params(&m, seed);
-    int rc = ckpt_save(&m, argv[0], NULL);
-    if (!rc) printf("wrote %s: %s, %zu parameters\n", argv[0], m.type->name, ptab_count(&m.tab));
+    model_init_params(&m, (unsigned long long)a.seed);
+    rc = ckpt_save(&m, out, NULL);
+    if (!rc) printf("wrote %s: %s, %zu parameters\n", out, m.type->name, ptab_count(&m.tab));
     model_free(&m);
     return rc ? fail("is the output directory writable?") : 0;
 }
 
-int cmd_smoke(int argc, char **argv);
-int cmd_train(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_data(int argc, char **argv);
-int cmd_demo(int argc, char **argv);
-int cmd_generate(int argc, char **argv);
-int cmd_mc(int argc, char **argv);
-int cmd_tok(int argc, char **argv);
-
-static int dispatch(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 1; }
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("implicit %s (blas=%s, threads=%s, mpi=%s)\n", IM_VERSION, k_blas_name(), k_omp_name(), dist_name());
-        return 0;
-    }
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "init")) return cmd_init(argc - 2, argv + 2);
-    if (!strcmp(cmd, "smoke")) return cmd_smoke(argc - 2, argv + 2);
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 2, argv + 2);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
-    if (!strcmp(cmd, "mc")) return cmd_mc(argc - 2, argv + 2);
-    if (!strcmp(cmd, "tokenizer")) return cmd_tok(argc - 2, argv + 2);
-    fprintf(stderr, "error: unknown command '%s'\nhint: run `implicit --help`\n", cmd);
-    return 1;
-}
+static const OptCommand COMMANDS[] = {
+#define CLI_ENTRY(name) {&name##_cmd, cmd_##name},
+    CLI_COMMANDS(CLI_ENTRY)
+#undef CLI_ENTRY
+};
 
 /* A `make MPI=1` build joins the MPI job here (every command; only `train` is data-parallel, see
  * src/train/dist.h), and leaves it on every return path of the commands. */
 int main(int argc, char **argv) {
     dist_init(&argc, &argv);
-    int rc = dispatch(argc, argv);
+    int rc = opts_dispatch("", COMMANDS, (int)(sizeof COMMANDS / sizeof *COMMANDS), NULL, argc - 1, argv + 1);
     dist_finalize();
     return rc;
 }

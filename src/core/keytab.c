@@ -95,12 +95,13 @@ size_t keytab_json(const KeyTab *t, const void *obj, char *buf, size_t cap) {
     return at + 1;
 }
 
-void keytab_print(const KeyTab *t, const void *obj, FILE *f) {
+void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f) {
     char v[KEY_STR_LEN + 32];
-    for (int i = 0; i < t->n; i++) {
-        const KeyInfo *k = &t->keys[i];
-        keytab_value(k, obj, v, sizeof v);
-        if (k->type == KEY_FLOAT) snprintf(v, sizeof v, "%g", *(const double *)((const char *)obj + k->offset));
-        fprintf(f, "  --%-22s %-14s %s\n", k->name, v, k->help);
-    }
+    keytab_value(k, obj, v, sizeof v);
+    if (k->type == KEY_FLOAT) snprintf(v, sizeof v, "%g", *(const double *)((const char *)obj + k->offset));
+    fprintf(f, "  --%-22s %-14s %s\n", k->name, v, k->help);
+}
+
+void keytab_print(const KeyTab *t, const void *obj, FILE *f) {
+    for (int i = 0; i < t->n; i++) keytab_print_key(&t->keys[i], obj, f);
 }

@@ -51,6 +51,8 @@ int keytab_set(const KeyTab *t, void *obj, const char *key, const char *value);
 void keytab_value(const KeyInfo *k, const void *obj, char *buf, size_t cap);
 /* {"key": value, ...}; returns bytes needed incl. NUL (call with cap 0 to measure). */
 size_t keytab_json(const KeyTab *t, const void *obj, char *buf, size_t cap);
+/* `  --key  default  help` lines for --help: every key, or one. */
 void keytab_print(const KeyTab *t, const void *obj, FILE *f);
+void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f);
 
 #endif

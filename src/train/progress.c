@@ -161,7 +161,7 @@ void progress_note(Progress *p, const char *msg) {
 }
 
 void progress_done(Progress *p) {
-    if (p->drawn && p->phase_shown) draw_train(p);   /* end on the training line, not an eval bar */
+    if (p->drawn && p->phase_shown && p->have_stats) draw_train(p);   /* end on the training line, not an eval bar */
     if (p->drawn) {
         fputc('\n', stderr);
         p->drawn = 0;
