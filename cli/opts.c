@@ -368,6 +368,7 @@ int opts_dispatch(const char *group, const OptCommand *cmds, int n, const char *
     int nn = n < 64 ? n : 64;
     for (int i = 0; i < nn; i++) names[i] = cmds[i].spec->name + skip;
     if (argc < 1) {
+        fprintf(stderr, "error: `implicit%s%s` needs a command\n", group[0] ? " " : "", group);
         group_usage(group, cmds, n, tail, stderr);
         return 2;
     }
