@@ -165,7 +165,7 @@ static const OptSpec PREP_OPTS[] = {
     OPT(PrepArgs, val_split, 0, 0, "S", "tail: the last F of all tokens | per_file: the last F of each file"),
 };
 static const CmdSpec prepare_cmd = {
-    "data prepare", "TEXT... --out FILE.tok [--tokenizer byte] [--val_frac 0.1] [--val_split tail|per_file]",
+    "data prepare", "TEXT... --out FILE.tok [options]",
     "tokenize text files into the token file of task lm",
     "Files are joined with the tokenizer's end-of-text token (a Hugging Face tokenizer.json: its own).\n"
     DATA_FORMATS, PREP_OPTS, (int)(sizeof PREP_OPTS / sizeof *PREP_OPTS), NULL, 0, 1, -1};
@@ -245,7 +245,7 @@ static const OptSpec SHOW_OPTS[] = {
     OPT(ShowArgs, rows, 0, 0xFFFFFFFFLL, "N", "rows of a dump to print"),
     OPT(ShowArgs, cols, 1, 1 << 20, "N", "tokens per row to print"),
 };
-static const CmdSpec show_cmd = {"data show", "FILE [--rows 3] [--cols 32]", "check a dump or token file and print its start",
+static const CmdSpec show_cmd = {"data show", "FILE [options]", "check a dump or token file and print its start",
                                  DATA_FORMATS, SHOW_OPTS, 2, NULL, 0, 1, 1};
 
 static int cmd_show(int argc, char **argv) {

@@ -95,7 +95,7 @@ static const OptSpec DEMO_OPTS[] = {
     OPT(DemoArgs, out, 0, 0, "DIR", "output folder: DIR/explicit and DIR/implicit"),
 };
 const CmdSpec demo_cmd = {
-    "demo", "[--threads N] [--out DIR]",
+    "demo", "[options]",
     "train explicit and implicit Mamba2 on a word problem, compare out of distribution",
     "Trains a 1-layer explicit and a 1-layer implicit Mamba2 on the S3 x monoid word problem with\n"
     "configs/demo_explicit.json and configs/demo_implicit.json (run it from the repository root), then\n"

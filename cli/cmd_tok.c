@@ -49,7 +49,7 @@ static const OptSpec TOK_TRAIN_OPTS[] = {
     OPT(TokTrainArgs, eos, 0, 1, "0|1", "1 reserves the last id for <|endoftext|>"),
 };
 static const CmdSpec tok_train_cmd = {
-    "tokenizer train", "TEXT... --vocab N --out FILE.bpe [--pretokenize gpt2|none] [--eos 0|1]",
+    "tokenizer train", "TEXT... --vocab N --out FILE.bpe [options]",
     "learn byte-level BPE merges from text files",
     "GPT-2-style chunks are words, numbers, punctuation and whitespace.\n",
     TOK_TRAIN_OPTS, (int)(sizeof TOK_TRAIN_OPTS / sizeof *TOK_TRAIN_OPTS), NULL, 0, 1, -1};
@@ -100,7 +100,7 @@ static const OptSpec ENCODE_OPTS[] = {
     OPT(EncodeArgs, file, 0, 0, "F", "a file to encode (- = stdin; neither --text nor --file: stdin)"),
     OPT(EncodeArgs, stats, 0, 1, "0|1", "1 adds bytes/token on stderr"),
 };
-static const CmdSpec encode_cmd = {"tokenizer encode", "SPEC [--text S | --file F] [--stats 1]",
+static const CmdSpec encode_cmd = {"tokenizer encode", "SPEC [--text S | --file F] [options]",
                                    "print the ids of a text on one line", TOK_SPEC_HELP, ENCODE_OPTS, 3, NULL, 0, 1, 1};
 
 static int cmd_encode(int argc, char **argv) {

@@ -52,7 +52,7 @@ static const OptSpec INIT_OPTS[] = {
     OPT(InitArgs, seed, 0, 1e18, "N", "seed of the initialisation"),
 };
 static const OptKeys INIT_KEYS[] = {{&model_keytab, NULL, 1}};
-const CmdSpec init_cmd = {"init", "OUT.safetensors [--key value ...] [--seed N]",
+const CmdSpec init_cmd = {"init", "OUT.safetensors [--key value ...]",
                           "write a freshly initialised model checkpoint", NULL,
                           INIT_OPTS, 1, INIT_KEYS, 1, 1, 1};
 
