@@ -289,6 +289,42 @@ static void test_progress_format(void) {
     TH_CHECK(n < sizeof tiny && strlen(tiny) == n, "tiny buffer: %zu", n);
 }
 
+/* Bar mode into a file: an evaluation note replaces the bar's line and the training bar comes back
+ * below it (not the evaluation bar); done ends the line. */
+static void test_progress_note(void) {
+    char path[] = "/tmp/implicit-progress-XXXXXX", text[4096] = "";
+    int fd = mkstemp(path), saved = dup(2);
+    if (fd < 0 || saved < 0) {
+        TH_CHECK(0, "mkstemp / dup");
+        return;
+    }
+    fflush(stderr);
+    dup2(fd, 2);
+    Progress p;
+    progress_init(&p, "bar", 100, 0);
+    progress_update(&p, 10, 1.5, 0.25, 1000, NULL);
+    progress_phase(&p, "eval 1/2  length 16", 0.0);
+    progress_note(&p, "eval @ step 10: mean seq_acc 0.5000");
+    progress_done(&p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fdopen(fd, "rb");
+    if (f) {
+        rewind(f);
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    unlink(path);
+    const char *note = strstr(text, "\r\033[Keval @ step 10: mean seq_acc 0.5000\n\r[");
+    TH_CHECK(note != NULL, "the note replaces the bar line and a bar follows: '%s'", text);
+    TH_CHECK(note && strstr(note + 5, "] 10/100  loss 1.5000") && !strstr(note + 5, "eval 1/2"),
+             "the training bar comes back after the note");
+    const char *bar = strstr(text, "eval 1/2  length 16");
+    TH_CHECK(note && bar && bar < note, "the eval bar was drawn before the note");
+    TH_CHECK(text[0] && text[strlen(text) - 1] == '\n', "progress_done ends the line");
+}
+
 int main(int argc, char **argv) {
     th_name = "test_cli";
     (void)argc;
@@ -297,6 +333,7 @@ int main(int argc, char **argv) {
     test_parse_errors();
     test_parse_help();
     test_progress_format();
+    test_progress_note();
     /* the binary is built beside this test */
     char cwd[2048] = "";
     if (argv[0][0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
