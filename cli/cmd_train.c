@@ -152,6 +152,7 @@ int cmd_train(int argc, char **argv) {
     OptArgs o;
     int rc;
     if (!opts_get(&train_cmd, &a, argc, argv, &o, &rc)) return rc;
+    dist_init(NULL, NULL);   /* MPI=1: join the job (main leaves it) */
     Trainer t;
     double t0 = timer_now();
     if (train_setup(&t, &a, &o)) return 1;

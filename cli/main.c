@@ -84,10 +84,10 @@ static const OptCommand COMMANDS[] = {
 #undef CLI_ENTRY
 };
 
-/* A `make MPI=1` build joins the MPI job here (every command; only `train` is data-parallel, see
- * src/train/dist.h), and leaves it on every return path of the commands. */
+/* A `make MPI=1` build joins the MPI job in `implicit train`, the one data-parallel command (after
+ * its options parsed: --help starts nothing; see src/train/dist.h), and leaves it here. The other
+ * commands run as single processes (under mpirun: one per rank, redundantly). */
 int main(int argc, char **argv) {
-    dist_init(&argc, &argv);
     int rc = opts_dispatch("", COMMANDS, (int)(sizeof COMMANDS / sizeof *COMMANDS), NULL, argc - 1, argv + 1);
     dist_finalize();
     return rc;
