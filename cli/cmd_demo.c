@@ -41,19 +41,6 @@ typedef struct {
     double acc[2], seq[2], iters[2], seconds;
 } DemoRow;
 
-typedef struct {
-    Progress *pg;
-    const char *model;
-    int len;
-} DemoBar;
-
-static void demo_bar(void *ctx, int done, int total) {
-    DemoBar *b = ctx;
-    char label[160];
-    snprintf(label, sizeof label, "evaluating %s token by token at length %d: %d/%d", b->model, b->len, done, total);
-    progress_phase(b->pg, label, total > 0 ? (double)done / total : 1);
-}
-
 static int run_one(const char *path, const char *out, int threads, DemoRow *row) {
     ModelCfg m;
     TaskCfg t;
@@ -70,12 +57,13 @@ static int run_one(const char *path, const char *out, int threads, DemoRow *row)
     row->seconds = timer_now() - t0;
     row->len[0] = t.train_len;
     row->len[1] = 4 * t.train_len;
-    Progress pg;
+    Progress pg;   /* the two evaluations, token by token, take a while: a bar on a terminal */
     progress_init(&pg, r.progress, 0, 0);
+    double t1 = timer_now();
     for (int i = 0; i < 2 && !rc; i++) {
         EvalRow e;
-        DemoBar bar = {&pg, m.model, row->len[i]};
-        rc = eval_run_progress(&tr.model, tr.task, row->len[i], 0.5f, 256, 64, EVAL_SEQUENTIAL, &e, demo_bar, &bar);
+        ProgressEval bar = {&pg, i, 2, row->len[i], 0.5f, t1};
+        rc = eval_run_progress(&tr.model, tr.task, row->len[i], 0.5f, 256, 64, EVAL_SEQUENTIAL, &e, progress_eval_batch, &bar);
         row->acc[i] = e.last10_acc;
         row->seq[i] = e.seq_acc;
         row->iters[i] = e.iters;

@@ -16,6 +16,7 @@
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"
 #include "../src/train/dist.h"
+#include "../src/train/progress.h"
 #include "../src/train/trainer.h"
 
 static int fail(const char *hint) {
@@ -326,15 +327,21 @@ int cmd_eval(int argc, char **argv) {
     EvalPos *pos = NULL;
     if (pos_buckets > 0)
         rc = eval_pos_all(&m, task, pos_buckets, pos_width, tc.eval_samples, batch, mode, caps, n_caps, &pos);
+    Progress pg;   /* on a terminal, a bar over the sweep (stderr; wiped before the tables) */
+    progress_init(&pg, "auto", 0, 0);
+    double t0 = timer_now();
     for (int c = 0; c < n_caps && !rc; c++) {
         if (is_fp) m.cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
         else m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
         for (int i = 0; i < nl && !rc; i++)
             for (int j = 0; j < np && !rc; j++) {
-                rc = eval_run(&m, task, lens[i], ps[j], tc.eval_samples, batch, mode, &rows[n]);
+                ProgressEval bar = {&pg, n, n_caps * nl * np, lens[i], task_kind(task) == TASK_WORD ? ps[j] : -1.0f, t0};
+                rc = eval_run_progress(&m, task, lens[i], ps[j], tc.eval_samples, batch, mode, &rows[n],
+                                       progress_eval_batch, &bar);
                 if (!rc) n++;
             }
     }
+    progress_done(&pg);
     if (!rc) {
         char desc[512];
         task_describe(task, desc, sizeof desc);

@@ -153,6 +153,15 @@ void progress_phase(Progress *p, const char *label, double frac) {
     p->phase_shown = 1;
 }
 
+void progress_eval_batch(void *eval_ctx, int done, int total) {
+    const ProgressEval *e = eval_ctx;
+    char label[160], pstr[32] = "", el[16];
+    if (e->p >= 0) snprintf(pstr, sizeof pstr, " p %.2f", e->p);
+    fmt_time(el, sizeof el, timer_now() - e->t0);
+    snprintf(label, sizeof label, "eval %d/%d  length %d%s  %d/%d  %s", e->row + 1, e->rows, e->len, pstr, done, total, el);
+    progress_phase(e->pg, label, (e->row + (total > 0 ? (double)done / total : 1)) / (e->rows > 0 ? e->rows : 1));
+}
+
 void progress_note(Progress *p, const char *msg) {
     if (p->drawn) fputs("\r\033[K", stderr);   /* the note takes the bar's line ... */
     fprintf(stderr, "%s\n", msg);
@@ -163,7 +172,9 @@ void progress_note(Progress *p, const char *msg) {
 void progress_done(Progress *p) {
     if (p->drawn && p->phase_shown && p->have_stats) draw_train(p);   /* end on the training line, not an eval bar */
     if (p->drawn) {
-        fputc('\n', stderr);
+        /* a training line stays; a display of evaluation bars only is wiped (the results follow) */
+        fputs(p->have_stats ? "\n" : "\r\033[K", stderr);
+        fflush(stderr);
         p->drawn = 0;
     }
     if (p->restore_winch) {

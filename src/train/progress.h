@@ -38,8 +38,21 @@ void progress_tick(Progress *p, int step, double loss, double acc);
 /* A bar for a secondary job (an evaluation): frac of it done, described by label. Bar mode only;
  * redrawn at most every 0.1 s (always at frac 0). */
 void progress_phase(Progress *p, const char *label, double frac);
+/* An evaluation sweep's bar, "eval 3/17  length 16 p 0.90  64/256  00:01": pass progress_eval_batch
+ * and a ProgressEval to eval_run_progress (evaluate.h), one ProgressEval per row of the sweep. */
+typedef struct {
+    Progress *pg;
+    int row, rows;    /* this row of the sweep (0-based) and the sweep's rows */
+    int len;          /* the row's length */
+    float p;          /* its word-problem p (< 0: none) */
+    double t0;        /* when the sweep started (timer_now) */
+} ProgressEval;
+void progress_eval_batch(void *eval_ctx, int done, int total);
+
 /* Print a message without tearing the bar (it is redrawn below the message). */
 void progress_note(Progress *p, const char *msg);
+/* Ends the display: the training line stays on screen; a display that only showed evaluation
+ * bars (no progress_update) is wiped. */
 void progress_done(Progress *p);
 
 /* The bar line for a terminal of `width` columns into buf (cap bytes): "[###...] " then text,

@@ -327,24 +327,6 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_free(&b);
 }
 
-/* The evaluation bar: row `row` of `rows` (length len, p) has `done` of `total` sequences done. */
-typedef struct {
-    Progress *pg;
-    int row, rows, len;
-    float p;
-    double t0;
-} EvalBar;
-
-static void eval_bar(void *ctx, int done, int total) {
-    EvalBar *b = ctx;
-    char label[160], pstr[32] = "";
-    if (b->p >= 0) snprintf(pstr, sizeof pstr, " p %.2f", b->p);
-    double el = timer_now() - b->t0;
-    snprintf(label, sizeof label, "eval %d/%d  length %d%s  %d/%d  %02d:%02d", b->row + 1, b->rows, b->len, pstr, done,
-             total, (int)el / 60, (int)el % 60);
-    progress_phase(b->pg, label, (b->row + (total > 0 ? (double)done / total : 1)) / b->rows);
-}
-
 /* trainer_eval, drawing its progress on pg (NULL: none). */
 static int eval_all(Trainer *t, Progress *pg) {
     /* rank 0 alone evaluates (the others wait in their next collective): evaluation reads the
@@ -361,10 +343,10 @@ static int eval_all(Trainer *t, Progress *pg) {
     for (int i = 0; i < nl; i++)
         for (int j = 0; j < np; j++) {
             EvalRow *r = &t->last_eval[t->n_last_eval];
-            EvalBar bar = {pg, t->n_last_eval, nl * np, lens[i], task_kind(t->task) == TASK_WORD ? ps[j] : -1.0f, t0};
-            if (pg) eval_bar(&bar, 0, t->tcfg.eval_samples);
+            ProgressEval bar = {pg, t->n_last_eval, nl * np, lens[i], task_kind(t->task) == TASK_WORD ? ps[j] : -1.0f, t0};
+            if (pg) progress_eval_batch(&bar, 0, t->tcfg.eval_samples);
             int rc = eval_run_progress(&t->model, t->task, lens[i], ps[j], t->tcfg.eval_samples, t->cfg.eval_batch,
-                                       eval_mode_parse(t->cfg.eval_mode), r, pg ? eval_bar : NULL, &bar);
+                                       eval_mode_parse(t->cfg.eval_mode), r, pg ? progress_eval_batch : NULL, &bar);
             if (rc) return rc;
             t->n_last_eval++;
             log_eval(t, r);
