@@ -93,7 +93,7 @@ $(BUILD)/test_%: tests/test_%.c $(LIB) tests/th.h
 $(BUILD)/test_cli: tests/test_cli.c $(BUILD)/obj/cli/opts.o $(LIB) $(BIN) tests/th.h
 	$(CC) $(ALL_CFLAGS) -MMD -MP $< $(BUILD)/obj/cli/opts.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(BUILD)/bench_%: bench/bench_%.c $(LIB)
+$(BUILD)/bench_%: bench/bench_%.c $(LIB) bench/bench_util.h
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 

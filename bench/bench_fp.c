@@ -11,7 +11,8 @@
  * The baselines of the paper's comparison run the same step at d_model 64 (C only; their PyTorch
  * counterparts are not in bench/torch_bench.py): m2_64 (Mamba-2, 2 layers, headdim 16), m1_64
  * (Mamba-1, 2 layers), gdn_64 (Gated DeltaNet, 2 layers, 2 heads of 16), lstm_64 (1 layer).
- * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=... iters=...` (medians after one warm-up).
+ * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=... iters=... <roofline fields>` (medians after
+ * one warm-up; bench_util.h's roofline fields).
  * Usage: bench_fp [--quick] [--cases a,b] [--repeats N]   (--quick: fewer timed repeats)
  */
 #include <stdio.h>
@@ -87,10 +88,15 @@ static void run(const Case *c, int repeats) {
     double s = median(ts, repeats), cpu = median(cs, repeats);
     char fp[96] = "";
     if (!c->model[0]) snprintf(fp, sizeof fp, " iters=%.1f l_max=%s f_evals=%s+1", iters / repeats, L_MAX, L_MAX);
+    /* work (bench_util.h): the measured no-grad iterations (16 per layer for FP-Mamba, none for the
+     * baselines) as forward passes through the layers, plus the graded passes, head and AdamW */
+    Shape sh = shape_of_model(&m);
+    Work w = work_train(&sh, (double)m.act_bytes, B, T, iters / repeats, f_grad_passes(&mc));
+    char roof[160];
     printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f%s model=%s B=%d T=%d D=%s params=%zu repeats=%d "
-           "threads=%d blas=%s gemm=%s\n",
+           "threads=%d blas=%s gemm=%s %s\n",
            c->name, B * T / s, s * 1e3, cpu * 1e3, fp, mc.model, B, T, c->d_model, ptab_count(&m.tab), repeats,
-           k_get_threads(), k_blas_name(), k_gemm_backend());
+           k_get_threads(), k_blas_name(), k_gemm_backend(), roof_fields(roof, sizeof roof, w, s, k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);

@@ -14,7 +14,8 @@
  * Sizes: small D=64, E=128, N=16, P=16; large D=256, E=1024, N=128, P=64. B and T per case below
  * (B=32, T=256, except B=8 for the large cases; printed on every line; torch_bench.py has the same
  * table).
- * Output: `implicit <case> <metric>=... ms=... cpu_ms=... <sizes>` (medians after one warm-up).
+ * Output: `implicit <case> <metric>=... ms=... cpu_ms=... <sizes> <roofline fields>` (medians after
+ * one warm-up; the roofline fields of bench_util.h, work counted next to the print).
  * Usage: bench_implicit [--quick] [--cases a,b] [--repeats N]. Out of scope: Anderson, IFT,
  * implicit Llama (same seam, other mixer).
  */
@@ -151,9 +152,16 @@ static void run(const Case *c, int repeats) {
     else
         printf("gen_tok_s=%.1f gen_ms_tok=%.4f ms=%.1f cpu_ms=%.1f f_calls_tok=%d tokens=%d", tok / s, s * 1e3 / c->T,
                s * 1e3, cs[(repeats - 1) / 2] * 1e3, GEN_ITERS, c->T);
-    printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s gemm=%s\n", c->B, c->T, c->large ? "256" : "64",
-           ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name(),
-           k_gemm_backend());
+    /* work (bench_util.h): training "32+4" = 32 forward passes + 4 graded ones through the layer;
+     * evaluation 32 forward passes; generation 8 passes per token, weights read once per token */
+    Shape sh = shape_of_model(&b.m);
+    Work w = c->kind == TRAIN  ? work_train(&sh, (double)b.m.act_bytes, c->B, c->T, SOLVE_ITERS, GRAD_STEPS)
+             : c->kind == EVAL ? work_eval(&sh, (double)b.m.act_bytes, c->B, c->T, EVAL_ITERS)
+                               : work_gen(&sh, c->B, c->T, GEN_ITERS);
+    char roof[160];
+    printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s gemm=%s %s\n", c->B, c->T, c->large ? "256" : "64",
+           ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name(), k_gemm_backend(),
+           roof_fields(roof, sizeof roof, w, s, k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(b.ids); free(b.tg); free(b.tok); free(b.logits);
     if (c->kind == TRAIN) adamw_free(&b.opt);

@@ -1,22 +1,22 @@
 /* bench_kernels.c: throughput of the dense kernels against this machine's measured peak.
  *
- * 1. Peak: an FMA loop on 12 independent vector accumulators (enough chains to cover FMA
- *    latency on every x86 core we know), run on 1 and 2 pthreads; GFLOP/s per core and total.
- *    Memory: a large memcpy, in GB/s (counting bytes read + written).
+ * 1. Peak: bench_util.h's FMA peak and read bandwidth (machine_roof) on 1 and 2 threads.
  * 2. GEMM GFLOP/s of the built-in blocked GEMM (k_gemm_blocked) and of OpenBLAS (cblas_sgemm
  *    called directly; "n/a" in builds without it), square 256/512/1024 and the three GEMMs of
  *    a Linear with M = 8192 rows, C = 256, OC = 1024 (fwd, dx, dW), at 1 and 2 threads, each as
- *    a fraction of the measured peak for that many cores.
- * 3. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table).
+ *    a fraction of the roofline for that many threads (work_gemm: 2 M N K FLOPs; A, B read and C
+ *    written once; every case here is FLOP-bound, so this is the fraction of the FMA peak).
+ * 3. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
+ *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
  * Usage: bench_kernels [--quick]
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "../src/core/rng.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/cpu/gemm.h"
@@ -27,55 +27,6 @@
 #endif
 
 static double min_time = 0.25; /* seconds of repeats per measurement (--quick: 0.08) */
-
-/* ---- peak ------------------------------------------------------------------------------------ */
-
-/* 12 independent accumulators of one vector register each (zmm with AVX-512, else ymm): more
- * chains than FMA latency x FMA pipes on current x86 cores, all of them kept in registers.
- * GNU vector types keep the compiler from spilling them; contraction is enabled for this one
- * function so that a * m + c is a single FMA (the bench is otherwise built with ISO -std=c11). */
-#if defined(__AVX512F__)
-typedef float VecF __attribute__((vector_size(64)));
-#else
-typedef float VecF __attribute__((vector_size(32)));
-#endif
-#define PEAK_CHAINS 12
-#define PEAK_ITERS 20000000L
-
-__attribute__((optimize("fp-contract=fast"))) static void *peak_worker(void *arg) {
-    /* distinct starting values known only at run time, or the compiler merges or folds chains */
-    float seed = *(float *)arg;
-    VecF z = {0}, m = z + 0.9999999f, c = z + 1e-7f;
-    VecF a0 = z + seed, a1 = a0 * 2, a2 = a0 * 3, a3 = a0 * 4, a4 = a0 * 5, a5 = a0 * 6;
-    VecF a6 = a0 * 7, a7 = a0 * 8, a8 = a0 * 9, a9 = a0 * 10, a10 = a0 * 11, a11 = a0 * 12;
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        a0 = a0 * m + c, a1 = a1 * m + c, a2 = a2 * m + c, a3 = a3 * m + c;
-        a4 = a4 * m + c, a5 = a5 * m + c, a6 = a6 * m + c, a7 = a7 * m + c;
-        a8 = a8 * m + c, a9 = a9 * m + c, a10 = a10 * m + c, a11 = a11 * m + c;
-    }
-    VecF s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-    *(float *)arg = s[0]; /* keep the result alive */
-    return NULL;
-}
-
-/* GFLOP/s of nt threads running peak_worker at once: the best of 3 runs (shared machine). */
-static double peak_gflops(int nt) {
-    pthread_t th[2];
-    float sink[2];
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = timer_now();
-        for (int i = 0; i < nt; i++) {
-            sink[i] = 1.0f + (float)i;
-            pthread_create(&th[i], NULL, peak_worker, &sink[i]);
-        }
-        for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
-        double t = timer_now() - t0;
-        double gf = 2.0 * PEAK_CHAINS * (sizeof(VecF) / sizeof(float)) * (double)PEAK_ITERS * nt / t / 1e9;
-        if (gf > best) best = gf;
-    }
-    return best;
-}
 
 /* ---- timing helpers -------------------------------------------------------------------------- */
 
@@ -121,7 +72,7 @@ static void run_openblas(void *p) {
 }
 #endif
 
-static void bench_gemm(const double *peak, Rng *r) {
+static void bench_gemm(Rng *r) {
     static const struct { const char *name; int ta, tb, M, N, K; } cases[] = {
         {"square 256", 0, 0, 256, 256, 256},
         {"square 512", 0, 0, 512, 512, 512},
@@ -130,24 +81,24 @@ static void bench_gemm(const double *peak, Rng *r) {
         {"linear bwd dx=dyW", 0, 0, 8192, 256, 1024},
         {"linear bwd dW=dy^Tx", 1, 0, 1024, 256, 8192},
     };
-    printf("\nGEMM (GFLOP/s, %% of measured peak for that many cores)\n");
+    printf("\nGEMM (GFLOP/s, %% of roofline for that many threads)\n");
     printf("  %-21s %-6s %-7s %-16s %-16s\n", "case", "tA tB", "threads", "built-in", "openblas");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         GemmCase g = {cases[c].ta, cases[c].tb, cases[c].M, cases[c].N, cases[c].K, NULL, NULL, NULL};
         float *A = randn((size_t)g.M * g.K, r), *B = randn((size_t)g.K * g.N, r);
         float *C = calloc((size_t)g.M * g.N, sizeof(float));
         g.A = A, g.B = B, g.C = C;
-        double flops = 2.0 * g.M * g.N * g.K;
+        Work w = work_gemm(g.M, g.N, g.K);
         for (int nt = 1; nt <= 2; nt++) {
             k_set_threads(nt);
-            double gb = flops / best_time(run_builtin, &g) / 1e9;
+            double tb = best_time(run_builtin, &g);
             char ob[32] = "n/a";
 #ifdef IM_OPENBLAS
-            double go = flops / best_time(run_openblas, &g) / 1e9;
-            snprintf(ob, sizeof ob, "%7.1f (%3.0f%%)", go, 100 * go / peak[nt]);
+            double to = best_time(run_openblas, &g);
+            snprintf(ob, sizeof ob, "%7.1f (%3.0f%%)", w.flops / to / 1e9, roofline_pct(w, to, nt));
 #endif
-            printf("  %-21s %d  %d   %-7d %7.1f (%3.0f%%)   %s\n", cases[c].name, g.ta, g.tb, nt, gb,
-                   100 * gb / peak[nt], ob);
+            printf("  %-21s %d  %d   %-7d %7.1f (%3.0f%%)   %s\n", cases[c].name, g.ta, g.tb, nt, w.flops / tb / 1e9,
+                   roofline_pct(w, tb, nt), ob);
         }
         free(A), free(B), free(C);
     }
@@ -183,13 +134,15 @@ static void bench_bandwidth(Rng *r) {
         {"xent_fwd", run_xent, 4},
         {"adamw", run_adamw, 28}, /* read p, m, v, g; write p, m, v */
     };
-    printf("\nBandwidth-bound kernels, %d x %d floats (GB/s of bytes that must move; ms)\n", BM, BC);
-    printf("  %-20s %-7s %-8s %s\n", "kernel", "threads", "GB/s", "ms");
+    printf("\nBandwidth-bound kernels, %d x %d floats (GB/s of bytes that must move; ms; %% of roofline)\n", BM, BC);
+    printf("  %-20s %-7s %-8s %8s %9s\n", "kernel", "threads", "GB/s", "ms", "roofline");
     for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++)
         for (int nt = 1; nt <= 2; nt++) {
             k_set_threads(nt);
             double t = best_time(ks[k].fn, &b);
-            printf("  %-20s %-7d %8.1f %8.2f\n", ks[k].name, nt, ks[k].bytes_per_elem * n / t / 1e9, t * 1e3);
+            Work w = {0, ks[k].bytes_per_elem * n};
+            printf("  %-20s %-7d %8.1f %8.2f %8.0f%%\n", ks[k].name, nt, w.bytes / t / 1e9, t * 1e3,
+                   roofline_pct(w, t, nt));
         }
     free(b.x), free(b.y), free(b.w), free(b.dy), free(b.dx), free(b.dw), free(b.rstd), free(b.m);
     free(b.v), free(b.t);
@@ -201,10 +154,10 @@ int main(int argc, char **argv) {
     Rng r;
     rng_seed(&r, 42, 1);
     printf("bench_kernels: blas=%s omp=%s\n", k_blas_name(), k_omp_name());
-    double peak[3] = {0, peak_gflops(1), peak_gflops(2)};
-    printf("measured FMA peak: 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s (%.1f per core)\n",
-           peak[1], peak[2], peak[2] / 2);
-    bench_gemm(peak, &r);
+    Roof one = machine_roof(1), two = machine_roof(2);
+    printf("roofline (bench_machine): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
+           "%.1f / %.1f GB/s\n", one.gflops, two.gflops, one.gbs, two.gbs);
+    bench_gemm(&r);
     bench_bandwidth(&r);
     k_set_threads(1);
     return 0;

@@ -4,8 +4,9 @@
  *   mamba2_small  D=64,  N=16,  E=128,  P=16,  B=32, T=256
  *   mamba2_large  D=256, N=128, E=1024, P=64,  B=32, T=256
  *   llama         D=256, 4 heads, d_inner 1024 (SwiGLU h=682), B=32, T=256
- * Output: one parseable line per case, `implicit <case> fwdbwd_tok_s=... ms=... cpu_ms=...` (wall and
- * process-CPU milliseconds, medians; cpu_ms is the steadier one for 1-thread runs on a busy machine).
+ * Output: one parseable line per case, `implicit <case> fwdbwd_tok_s=... ms=... cpu_ms=... <roofline
+ * fields>` (wall and process-CPU milliseconds, medians; cpu_ms is the steadier one for 1-thread runs
+ * on a busy machine; bench_util.h's roofline fields, the work counted next to the print).
  * Usage: bench_layers [--quick] [--cases a,b] [--repeats N]   (N timed repeats after one warm-up;
  *        default 5, --quick 2; the median is reported)
  */
@@ -89,9 +90,25 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
     qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s gemm=%s\n", c->name,
-           B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name(),
-           k_gemm_backend());
+    /* work (bench_util.h): the block's weights (Mamba2: in_proj K D, conv C W + C, dt_bias A_log D
+     * 3H, gated norm E, out_proj D E; Llama: wq wk wv wo 4 D^2, SwiGLU 3 h D) and mixer terms, one
+     * forward + backward; activations = the block cache plus z in, z out, dz out and dz in */
+    Shape sh;
+    memset(&sh, 0, sizeof sh);
+    if (c->mixer == MIXER_MAMBA2) {
+        const Mamba2Cfg *mc = &bc.mamba2;
+        sh.body = (double)mc->K * D + (double)mc->C * (mc->W + 1) + 3.0 * mc->H + mc->E + (double)D * mc->E + D;
+        shape_add_mixer(&sh, "mamba2", D, mc->E, mc->N, mc->W, mc->H, 0, 0);
+    } else {
+        sh.body = 4.0 * D * D + 3.0 * bc.mlp.h * D + 2.0 * D;
+        shape_add_mixer(&sh, "llama", D, 0, 0, 0, c->n_head, 0, 0);
+    }
+    sh.params = sh.body;
+    double act = 4.0 * ((double)block_cache_floats(&bc, B, T) + 2.0 * (double)MD);
+    char roof[160];
+    printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s gemm=%s %s\n", c->name,
+           B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name(), k_gemm_backend(),
+           roof_fields(roof, sizeof roof, work_fwdbwd(&sh, act, B, T, 0, 1), s, k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(z); free(zo); free(dzo); free(dz); free(cache); free(scratch);
     /* weights are leaked on purpose: a bench process exits right after */

@@ -10,12 +10,26 @@
  *                  no-grad + 2 relaxed (tau 0.8), generation 15 loop calls + 1 committing call per
  *                  token (gen_iters = 15); the README run's f_tol 0.05 stops after ~10 when untrained
  *   lm_fp_mamba    FP-Mamba-H r 1 (short conv, gate in the loop, ℓ_max 16, evaluation cap 100)
+ * Generation only, at the shapes of llama2.c's checkpoints (random weights; vocabulary 32000 with
+ * random ids, as the head's cost is the point, not the text), bound by reading the weights once
+ * per token:
+ *   lm_stories15m  Llama D 288, 6 layers, 6 heads, SwiGLU hidden 768 (d_inner 1152), V 32000, tied:
+ *                  15.2M parameters, 61 MB read per token; 64 tokens
+ *   lm_llama110m   Llama D 768, 12 layers, 12 heads, SwiGLU hidden 2048 (d_inner 3072), V 32000,
+ *                  tied: 84.9M in the layers + 24.6M embedding/head = 109.5M, 438 MB per token;
+ *                  16 tokens (with V 256 it would be the 85M of the layers alone); one process
+ *                  holds θ and dθ, 0.9 GB
  * Output: two lines per case, in the `implicit NAME metric=value ...` form bench/run.sh pairs with
  * the torch side by NAME and its first metric:
- *   implicit <case>_train train_tok_s=... ms=... iters=... params=...
- *   implicit <case>_gen gen_tok_s=... gen_ms_tok=... gen_iters=... params=...
+ *   implicit <case>_train train_tok_s=... ms=... iters=... params=... <roofline fields>
+ *   implicit <case>_gen gen_tok_s=... gen_ms_tok=... gen_iters=... params=... <roofline fields>
  * (medians after one warm-up; train iters / gen_iters: solver f evaluations per step / token, 0 for
  * explicit models). --cases takes the case names (both lines) or the line names.
+ * Work (bench_util.h, from the parameter table): training = work_train with the measured no-grad
+ * f calls and the model's graded ones (~6 x params x tokens + attention 6 x 4 D x (T+1)/2 per layer
+ * and token + scan 3 x 5 E N; bytes = 11 floats per parameter + the stored activations twice);
+ * generation = work_gen with the f calls per token (bytes = the weights once per token + state /
+ * KV cache).
  * Usage: bench_lm [--quick] [--cases a,b]
  */
 #include <stdio.h>
@@ -31,19 +45,25 @@
 
 typedef struct {
     const char *name;
+    int gen_only;    /* 1: no training line (and no optimizer state) */
+    int gen;         /* generated tokens */
     const char *model[24];
 } Case;
 
-static const Case CASES[] = {
-    {"lm_llama", {"model", "llama", "n_head", "4", "d_inner", "512", NULL}},
-    {"lm_mamba2", {"model", "mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", NULL}},
-    {"lm_imp_mamba2", {"model", "implicit_mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", "f_max_iter",
-                       "8", "grad", "2", "eval_f_max_iter", "16", "f_tol", "0", NULL}},
-    {"lm_fp_mamba", {"model", "fp_mamba", "short_conv", "1", "glu_in_loop", "1", "bc_norm", "0", "mixer_type",
-                     "householder", "fp_max_iter", "16", "fp_eval_cap", "100", NULL}},
-};
+enum { B = 12, T = 64, GEN = 256 };
 
-enum { B = 12, T = 64, V = 256, GEN = 256 };
+static const Case CASES[] = {
+    {"lm_llama", 0, GEN, {"model", "llama", "n_head", "4", "d_inner", "512", NULL}},
+    {"lm_mamba2", 0, GEN, {"model", "mamba2", "d_state", "16", "headdim", "32", "d_inner", "512", NULL}},
+    {"lm_imp_mamba2", 0, GEN, {"model", "implicit_mamba2", "d_state", "16", "headdim", "32", "d_inner", "512",
+                               "f_max_iter", "8", "grad", "2", "eval_f_max_iter", "16", "f_tol", "0", NULL}},
+    {"lm_fp_mamba", 0, GEN, {"model", "fp_mamba", "short_conv", "1", "glu_in_loop", "1", "bc_norm", "0", "mixer_type",
+                             "householder", "fp_max_iter", "16", "fp_eval_cap", "100", NULL}},
+    {"lm_stories15m", 1, 64, {"model", "llama", "vocab_size", "32000", "n_layer", "6", "d_model", "288", "n_head",
+                              "6", "d_inner", "1152", "max_seq_len", "64", NULL}},
+    {"lm_llama110m", 1, 16, {"model", "llama", "vocab_size", "32000", "n_layer", "12", "d_model", "768", "n_head",
+                             "12", "d_inner", "3072", "max_seq_len", "16", NULL}},
+};
 
 /* One case: `repeats` timed (training step, generation) pairs after one warm-up pair; prints the
  * lines asked for (train, gen). */
@@ -59,7 +79,7 @@ static void run(const Case *c, int repeats, int train, int gen) {
     AdamW opt;
     AdamWCfg oc;
     adamw_cfg_default(&oc);
-    adamw_init(&opt, &m, &oc);
+    if (train) adamw_init(&opt, &m, &oc);
     int *ids = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     Rng r;
     rng_seed(&r, 3, 0);
@@ -69,43 +89,51 @@ static void run(const Case *c, int repeats, int train, int gen) {
     double iters = 0, titers = 0;
     float *logits = malloc(sizeof(float) * (size_t)m.V);
     for (int i = 0; i < 1 + repeats; i++) {
-        m.training = 1;
-        double t0 = timer_now();
-        float loss;
-        CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
-        double ti = m.fp_iters;
-        model_zero_grad(&m);
-        model_bwd(&m);
-        adamw_step(&opt, &m, 1e-4f);
+        double t0 = timer_now(), ti = 0;
+        if (train) {
+            m.training = 1;
+            float loss;
+            CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
+            ti = m.fp_iters;
+            model_zero_grad(&m);
+            model_bwd(&m);
+            adamw_step(&opt, &m, 1e-4f);
+        }
         double t1 = timer_now();
-        /* generation: batch 1, GEN tokens, greedy on the last logits */
+        /* generation: batch 1, c->gen tokens, greedy on the last logits */
         m.training = 0;
         CHECK(model_state_init(&m, 1) == 0, "%s", err_msg());
         int tok = 'T';
         double it = 0, g0 = timer_now();
-        for (int k = 0; k < GEN; k++) {
+        for (int k = 0; gen && k < c->gen; k++) {
             CHECK(model_step(&m, &tok, logits) == 0, "%s", err_msg());
             it += m.fp_iters;
             int best = 0;
-            for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
+            for (int v = 1; v < mc.vocab_size; v++) best = logits[v] > logits[best] ? v : best;
             tok = best;
         }
         double g1 = timer_now();
-        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / GEN, titers += ti;
+        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / c->gen, titers += ti;
     }
     double s = median(ts, repeats), g = median(gs, repeats);
-    char tail[160];
+    char tail[160], roof[160];
     snprintf(tail, sizeof tail, "params=%zu repeats=%d threads=%d blas=%s", ptab_count(&m.tab), repeats,
              k_get_threads(), k_blas_name());
-    if (train)
-        printf("implicit %s_train train_tok_s=%.1f ms=%.1f iters=%.2f B=%d T=%d %s\n", c->name, B * T / s, s * 1e3,
-               titers / repeats, B, T, tail);
-    if (gen)
-        printf("implicit %s_gen gen_tok_s=%.1f gen_ms_tok=%.4f gen_iters=%.2f tokens=%d B=1 %s\n", c->name, GEN / g,
-               g * 1e3 / GEN, iters / repeats, GEN, tail);
+    Shape sh = shape_of_model(&m);
+    if (train) {
+        Work w = work_train(&sh, (double)m.act_bytes, B, T, titers / repeats, f_grad_passes(&mc));
+        printf("implicit %s_train train_tok_s=%.1f ms=%.1f iters=%.2f B=%d T=%d %s %s\n", c->name, B * T / s, s * 1e3,
+               titers / repeats, B, T, tail, roof_fields(roof, sizeof roof, w, s, k_get_threads()));
+    }
+    if (gen) {
+        Work w = work_gen(&sh, 1, c->gen, f_gen_calls(&mc, iters / repeats));
+        printf("implicit %s_gen gen_tok_s=%.1f gen_ms_tok=%.4f gen_iters=%.2f tokens=%d B=1 %s %s\n", c->name,
+               c->gen / g, g * 1e3 / c->gen, iters / repeats, c->gen, tail,
+               roof_fields(roof, sizeof roof, w, g, k_get_threads()));
+    }
     fflush(stdout);
     free(ts); free(gs); free(ids); free(tg); free(logits);
-    adamw_free(&opt);
+    if (train) adamw_free(&opt);
     model_free(&m);
 }
 
@@ -119,7 +147,7 @@ static int listed(const char *list, const char *name) {
 
 int main(int argc, char **argv) {
     int quick = 0;
-    const char *cases = "lm_llama,lm_mamba2,lm_imp_mamba2,lm_fp_mamba";
+    const char *cases = "lm_llama,lm_mamba2,lm_imp_mamba2,lm_fp_mamba,lm_stories15m,lm_llama110m";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
@@ -129,7 +157,8 @@ int main(int argc, char **argv) {
         char tr[64], ge[64];
         snprintf(tr, sizeof tr, "%s_train", CASES[i].name);
         snprintf(ge, sizeof ge, "%s_gen", CASES[i].name);
-        int all = listed(cases, CASES[i].name), train = all || listed(cases, tr), gen = all || listed(cases, ge);
+        int all = listed(cases, CASES[i].name), gen = all || listed(cases, ge);
+        int train = !CASES[i].gen_only && (all || listed(cases, tr));
         if (train || gen) run(&CASES[i], quick ? 2 : 3, train, gen);
     }
     return 0;

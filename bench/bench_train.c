@@ -3,7 +3,8 @@
  * train_* cases, so bench/run.sh prints the ratio:
  *   train_small  mamba2, 2 layers, D=64,  E=128,  N=16,  P=16, V=240, B=32, T=256
  *   train_large  mamba2, 2 layers, D=256, E=1024, N=128, P=64, V=240, B=32, T=256
- * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=...` (wall / process-CPU ms, medians). Usage: bench_train [--quick] [--cases a,b] [--repeats N]
+ * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=... <roofline fields>` (wall / process-CPU
+ * ms, medians; bench_util.h's roofline fields). Usage: bench_train [--quick] [--cases a,b] [--repeats N]
  * (N timed repeats after one warm-up; default 5, --quick 2; the median is reported)
  */
 #include <stdio.h>
@@ -58,9 +59,13 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
     qsort(cs, (size_t)repeats, sizeof *cs, cmp_double);
     double s = ts[repeats / 2];
-    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s gemm=%s\n", c->name, B * T / s,
-           s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(), k_blas_name(),
-           k_gemm_backend());
+    /* work (bench_util.h): one forward + backward through the layers and head, AdamW */
+    Shape sh = shape_of_model(&m);
+    char roof[160];
+    printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s gemm=%s %s\n",
+           c->name, B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(),
+           k_blas_name(), k_gemm_backend(),
+           roof_fields(roof, sizeof roof, work_train(&sh, (double)m.act_bytes, B, T, 0, 1), s, k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);

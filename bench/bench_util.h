@@ -1,9 +1,28 @@
-/* bench_util.h: timing helpers shared by the bench programs. */
+/* bench_util.h: what the bench programs share: timing, the machine's roofline (FMA peak and read
+ * bandwidth, measured), and the work of each case (FLOPs and bytes, counted from its shapes).
+ *
+ * A case's "% of roofline" is (time it would take at max(FLOPs / peak, bytes / bandwidth)) /
+ * (measured time), with the peak and bandwidth of as many threads as the case ran on. 100% means
+ * the case runs at the speed of whichever of the two limits binds; above 100% on a bytes-bound case
+ * means its working set stays in cache (the bandwidth here is DRAM's).
+ *
+ * bench/run.sh runs bench_machine once and hands its numbers to the other programs through the
+ * environment (BENCH_MACHINE="threads:gflops:gbs,..."); a program started alone measures them
+ * itself (about a second).
+ */
 #ifndef IMPLICIT_BENCH_UTIL_H
 #define IMPLICIT_BENCH_UTIL_H
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "../src/core/timer.h"
+#include "../src/models/model.h"
+
+/* ==== timing ================================================================================== */
 
 /* CPU seconds of the whole process (all threads): on a shared machine, time slices lost to other
  * jobs do not count, so single-thread comparisons are steadier than with the wall clock. */
@@ -22,6 +41,356 @@ static inline int cmp_double(const void *a, const void *b) {
 static inline double median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     return t[n / 2];
+}
+
+/* ==== the widest vector ISA this build targets ================================================ */
+
+/* BVec is one register; bv_fma(a, b, c) = a * b + c, one fused instruction where the ISA has one
+ * (SSE2 has none: a multiply and an add, the same 2 FLOPs per lane). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define BENCH_ISA "AVX-512"
+typedef __m512 BVec;
+#define BV_LANES 16
+#define bv_set1 _mm512_set1_ps
+#define bv_load _mm512_load_ps
+#define bv_add _mm512_add_ps
+#define bv_fma _mm512_fmadd_ps
+#define bv_first _mm512_cvtss_f32
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define BENCH_ISA "AVX2"
+typedef __m256 BVec;
+#define BV_LANES 8
+#define bv_set1 _mm256_set1_ps
+#define bv_load _mm256_load_ps
+#define bv_add _mm256_add_ps
+#define bv_fma _mm256_fmadd_ps
+#define bv_first _mm256_cvtss_f32
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#define BENCH_ISA "SSE2"
+typedef __m128 BVec;
+#define BV_LANES 4
+#define bv_set1 _mm_set1_ps
+#define bv_load _mm_load_ps
+#define bv_add _mm_add_ps
+#define bv_fma(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#define bv_first _mm_cvtss_f32
+#else
+#define BENCH_ISA "scalar"
+typedef float BVec;
+#define BV_LANES 1
+#define bv_set1(x) (x)
+#define bv_load(p) (*(p))
+#define bv_add(a, b) ((a) + (b))
+#define bv_fma(a, b, c) ((a) * (b) + (c))
+#define bv_first(v) (v)
+#endif
+
+/* ==== machine: FMA peak and read bandwidth ==================================================== */
+
+/* 12 independent chains of one register each: more than FMA latency (4 cycles) x FMA pipes (2) on
+ * current x86 cores, and few enough to stay in registers (AVX2 has 16). */
+#define PEAK_CHAINS 12
+#define PEAK_ITERS 10000000L
+#define MACHINE_REPEATS 5 /* best of: the machine may be shared */
+#define MACHINE_MAX_THREADS 256
+
+typedef struct { float seed; double seconds; } PeakArg;
+
+/* CPU seconds of the calling thread. The machine's limits are rates per second of CPU time of each
+ * thread, so that time slices lost to other jobs on a shared machine do not lower them: the
+ * roofline is what the cores can do, and a case that lost time to other jobs shows it as a lower
+ * % of roofline (its own time is wall-clock). */
+static inline double thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void *peak_worker(void *arg) {
+    PeakArg *pa = arg;
+    double t0 = thread_cpu_now();
+    /* starting values known only at run time, so the compiler can neither fold nor merge chains */
+    BVec m = bv_set1(0.9999999f), c = bv_set1(1e-7f), a[PEAK_CHAINS];
+    for (int i = 0; i < PEAK_CHAINS; i++) a[i] = bv_set1(pa->seed * (float)(i + 1));
+    BVec a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5];
+    BVec a6 = a[6], a7 = a[7], a8 = a[8], a9 = a[9], a10 = a[10], a11 = a[11];
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        a0 = bv_fma(a0, m, c), a1 = bv_fma(a1, m, c), a2 = bv_fma(a2, m, c), a3 = bv_fma(a3, m, c);
+        a4 = bv_fma(a4, m, c), a5 = bv_fma(a5, m, c), a6 = bv_fma(a6, m, c), a7 = bv_fma(a7, m, c);
+        a8 = bv_fma(a8, m, c), a9 = bv_fma(a9, m, c), a10 = bv_fma(a10, m, c), a11 = bv_fma(a11, m, c);
+    }
+    BVec s = bv_add(bv_add(bv_add(a0, a1), bv_add(a2, a3)), bv_add(bv_add(a4, a5), bv_add(a6, a7)));
+    s = bv_add(s, bv_add(bv_add(a8, a9), bv_add(a10, a11)));
+    pa->seed = bv_first(s); /* keeps the chains alive */
+    pa->seconds = thread_cpu_now() - t0;
+    return NULL;
+}
+
+typedef struct { const float *x; size_t n; float sum; double seconds; } ReadArg;
+
+/* Streaming sum of x (aligned to 64 bytes, n a multiple of 4 * BV_LANES): 4 accumulators so that
+ * the adds never wait on each other, and nothing but loads reaches memory. */
+static inline void *read_worker(void *arg) {
+    ReadArg *ra = arg;
+    double t0 = thread_cpu_now();
+    BVec s0 = bv_set1(0), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < ra->n; i += 4 * BV_LANES) {
+        s0 = bv_add(s0, bv_load(ra->x + i));
+        s1 = bv_add(s1, bv_load(ra->x + i + BV_LANES));
+        s2 = bv_add(s2, bv_load(ra->x + i + 2 * BV_LANES));
+        s3 = bv_add(s3, bv_load(ra->x + i + 3 * BV_LANES));
+    }
+    ra->sum = bv_first(bv_add(bv_add(s0, s1), bv_add(s2, s3)));
+    ra->seconds = thread_cpu_now() - t0;
+    return NULL;
+}
+
+/* Runs fn on args[0..nt) in nt threads at once. */
+static inline void run_threads(void *(*fn)(void *), void *args, size_t arg_size, int nt) {
+    pthread_t th[MACHINE_MAX_THREADS];
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&th[i], NULL, fn, (char *)args + (size_t)i * arg_size)) {
+            fprintf(stderr, "error: cannot start bench thread %d\n", i);
+            exit(1);
+        }
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+}
+
+/* FMA peak of nt threads in GFLOP/s (2 FLOPs per lane per FMA): the sum of the threads' rates,
+ * best of MACHINE_REPEATS. */
+static inline double machine_peak_gflops(int nt) {
+    PeakArg pa[MACHINE_MAX_THREADS];
+    double best = 0, flops = 2.0 * PEAK_CHAINS * BV_LANES * (double)PEAK_ITERS;
+    for (int rep = 0; rep < MACHINE_REPEATS; rep++) {
+        for (int i = 0; i < nt; i++) pa[i].seed = 1.0f + (float)i;
+        run_threads(peak_worker, pa, sizeof *pa, nt);
+        double rate = 0;
+        for (int i = 0; i < nt; i++) rate += flops / pa[i].seconds;
+        if (rate > best) best = rate;
+    }
+    return best / 1e9;
+}
+
+/* Last-level cache in bytes from sysfs (0 when unknown). */
+static inline size_t machine_l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    unsigned long kb = 0;
+    char unit = 'K';
+    if (f) {
+        if (fscanf(f, "%lu%c", &kb, &unit) < 1) kb = 0;
+        fclose(f);
+    }
+    return unit == 'M' ? kb << 20 : kb << 10;
+}
+
+/* Bytes of the read-bandwidth buffer: 512 MiB or 4x the L3, whichever is larger, so that no
+ * level of cache holds a useful part of it. */
+static inline size_t machine_read_buffer_bytes(void) {
+    size_t b = (size_t)512 << 20, l3 = 4 * machine_l3_bytes();
+    return l3 > b ? l3 : b;
+}
+
+/* Read bandwidth of nt threads in GB/s (each sums its own slice; the sum of their rates), best of
+ * MACHINE_REPEATS. Threads that did not run at the same time (a busy machine) do not contend for
+ * memory, so there the all-thread figure can be optimistic. */
+static inline double machine_read_gbs(int nt) {
+    size_t bytes = machine_read_buffer_bytes(), n = bytes / sizeof(float);
+    size_t slice = n / (size_t)nt / (4 * BV_LANES) * (4 * BV_LANES);
+    float *x = aligned_alloc(64, bytes);
+    if (!x) {
+        fprintf(stderr, "error: cannot allocate %zu MiB for the bandwidth bench\n", bytes >> 20);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) x[i] = 1e-3f; /* commits the pages before any timing */
+    ReadArg ra[MACHINE_MAX_THREADS];
+    double best = 0;
+    for (int rep = 0; rep < MACHINE_REPEATS; rep++) {
+        for (int i = 0; i < nt; i++) ra[i] = (ReadArg){x + (size_t)i * slice, slice, 0, 0};
+        run_threads(read_worker, ra, sizeof *ra, nt);
+        double rate = 0;
+        for (int i = 0; i < nt; i++) rate += (double)slice * sizeof(float) / ra[i].seconds;
+        if (rate > best) best = rate;
+    }
+    if (ra[0].sum < 0) printf("(impossible sum)\n"); /* keeps the loads alive */
+    free(x);
+    return best / 1e9;
+}
+
+/* "model name" of /proc/cpuinfo, with family and model numbers when present (x86). */
+static inline void machine_cpu_name(char *buf, size_t cap) {
+    char line[256], name[160] = "unknown CPU", fam[32] = "", mod[32] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += v[1] == ' ' ? 2 : 1;
+        v[strcspn(v, "\n")] = 0;
+        if (!strncmp(line, "model name", 10) && !strcmp(name, "unknown CPU")) snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10) && !fam[0]) snprintf(fam, sizeof fam, "%s", v);
+        else if (!strncmp(line, "model\t", 6) && !mod[0]) snprintf(mod, sizeof mod, "%s", v);
+        if (line[0] == '\n') break; /* end of the first processor's block */
+    }
+    if (f) fclose(f);
+    if (fam[0] && mod[0]) snprintf(buf, cap, "%s (family %s, model %s)", name, fam, mod);
+    else snprintf(buf, cap, "%s", name);
+}
+
+/* The two limits of the roofline for a thread count. */
+typedef struct { int threads; double gflops, gbs; } Roof;
+
+/* Roof of nt threads: from BENCH_MACHINE when it lists nt, else measured (once per process). */
+static inline Roof machine_roof(int nt) {
+    static Roof known[16];
+    static int n_known;
+    for (int i = 0; i < n_known; i++)
+        if (known[i].threads == nt) return known[i];
+    Roof r = {nt, 0, 0};
+    for (const char *p = getenv("BENCH_MACHINE"); p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+        Roof e;
+        if (sscanf(p, "%d:%lf:%lf", &e.threads, &e.gflops, &e.gbs) == 3 && e.threads == nt && e.gflops > 0 &&
+            e.gbs > 0) {
+            r = e;
+            break;
+        }
+    }
+    if (r.gflops <= 0) r.gflops = machine_peak_gflops(nt), r.gbs = machine_read_gbs(nt);
+    if (n_known < 16) known[n_known++] = r;
+    return r;
+}
+
+/* ==== work of a case: FLOPs and bytes ========================================================= */
+
+typedef struct { double flops, bytes; } Work;
+
+/* C = A B with A (M,K), B (K,N): one multiply-add per (m, n, k); A and B read and C written once. */
+static inline Work work_gemm(double M, double N, double K) {
+    return (Work){2 * M * N * K, 4 * (M * K + K * N + M * N)};
+}
+
+/* What the counts of a model need, from its config and parameter table. "Weights" are applied to
+ * every token: one multiply-add (2 FLOPs) per weight per token, which is exact for the linear
+ * layers and the depthwise conv and ignores norms and elementwise maps (O(D) per token). */
+typedef struct {
+    double body;     /* weights inside the layers: applied once per token and f call */
+    double rest;     /* weights outside them applied per token: the head (tied: the embedding), injection */
+    double params;   /* all trainable scalars (optimizer traffic) */
+    double read_tok; /* scalars one step reads: all weights but the embedding rows not looked up */
+    double mix_tok;  /* sequence-mixer FLOPs per token and f call beyond its weights (the scan) */
+    double attn_pos; /* attention FLOPs per token and f call per context position: 4 D per layer
+                      * (q k^T and the weighted sum of v, 2 D each) */
+    double state;    /* recurrent-state floats per sequence, read and written by each step */
+    double kv_pos;   /* KV-cache floats per position: 2 D per attention layer, written once, read by
+                      * every later step */
+} Shape;
+
+/* Adds one layer's mixer terms: family is a model name or "mamba2" / "llama" for a bare block.
+ * Scans count their recurrent form: Mamba2 / Mamba-1 h = a h + dt x B^T (3 FLOPs per state entry)
+ * and y = C h (2), so 5 E N; delta rules S k, the rank-1 update and S q, about 6 dk dv per head. */
+static inline void shape_add_mixer(Shape *s, const char *family, int D, int E, int N, int W, int H, int dk, int dv) {
+    if (strstr(family, "llama")) {
+        s->attn_pos += 4.0 * D, s->kv_pos += 2.0 * D;
+    } else if (strstr(family, "mamba")) {   /* mamba2 (C = E + 2N conv channels), mamba1, fp_mamba */
+        int C = strstr(family, "mamba2") ? E + 2 * N : E;
+        s->mix_tok += 5.0 * E * N, s->state += (double)E * N + (double)C * W;
+    } else if (strstr(family, "deltanet")) {
+        s->mix_tok += 6.0 * H * dk * dv, s->state += (double)H * dk * dv;
+    } else if (strstr(family, "lstm")) {
+        s->state += 2.0 * D;                /* h and c */
+    }
+}
+
+static inline Shape shape_of_model(const Model *m) {
+    const ModelCfg *c = &m->cfg;
+    Shape s;
+    memset(&s, 0, sizeof s);
+    const ParamInfo *emb = ptab_find(&m->tab, "word_emb.emb.weight");
+    int untied = ptab_find(&m->tab, "lm_head.weight") != NULL;
+    for (int i = 0; i < m->tab.n; i++)
+        if (!strncmp(m->tab.p[i].name, "backbone.layers.", 16)) s.body += (double)m->tab.p[i].numel;
+    s.params = (double)ptab_count(&m->tab);
+    double e = emb ? (double)emb->numel : 0;
+    s.rest = s.params - s.body - (untied ? e : 0);
+    s.read_tok = untied ? s.params - e + c->d_model : s.params;
+    int E = c->expand * c->d_model, dk = c->delta_head_dim;
+    for (int l = 0; l < c->n_layer; l++)
+        shape_add_mixer(&s, c->model, c->d_model, E, c->d_state, c->d_conv, c->n_head, dk, c->expand_v * dk);
+    return s;
+}
+
+/* Passes through the layers with backward in a training step: the phantom steps of an implicit
+ * model, the differentiable steps after a Fixed-Point RNN's loop, else the one forward. */
+static inline double f_grad_passes(const ModelCfg *c) {
+    return strstr(c->model, "implicit") ? c->grad : !strncmp(c->model, "fp_", 3) ? c->fp_n_backwards : 1;
+}
+
+/* Passes through the layers per generated token, from the step's mean fp_iters: an implicit
+ * model's loop calls + the committing call; a Fixed-Point RNN's iterations; else 1. */
+static inline double f_gen_calls(const ModelCfg *c, double fp_iters) {
+    return strstr(c->model, "implicit") ? fp_iters + 1 : fp_iters > 0 ? fp_iters : 1;
+}
+
+/* Per-token FLOPs of one f call (one pass through the layers) at context length ctx. */
+static inline double shape_body_flops(const Shape *s, double ctx) {
+    return 2 * s->body + s->mix_tok + s->attn_pos * ctx;
+}
+
+/* Forward and backward over B x T tokens: f_nograd forward-only passes through the layers (the
+ * solver of an implicit model; 0 for an explicit one) and f_grad passes with backward (explicit:
+ * 1). A backward costs two products per forward one, so a graded pass is 3x a forward (the
+ * "6 x params x tokens" of a dense step). Causal attention averages (T + 1) / 2 positions per token.
+ * Bytes: θ read by forward and backward, dθ read and written (4 floats per parameter), plus the
+ * activations the forward stores (act_bytes), written once and read once by the backward. */
+static inline Work work_fwdbwd(const Shape *s, double act_bytes, int B, int T, double f_nograd, double f_grad) {
+    double tok = (double)B * T, body = shape_body_flops(s, (T + 1) / 2.0);
+    return (Work){tok * (body * (f_nograd + 3 * f_grad) + 3 * 2 * s->rest), 4 * 4 * s->params + 2 * act_bytes};
+}
+
+/* A training step: work_fwdbwd + AdamW, which reads θ m v dθ and writes θ m v (7 floats per
+ * parameter; its ~10 FLOPs per parameter are left out). */
+static inline Work work_train(const Shape *s, double act_bytes, int B, int T, double f_nograd, double f_grad) {
+    Work w = work_fwdbwd(s, act_bytes, B, T, f_nograd, f_grad);
+    w.bytes += 4 * 7 * s->params;
+    return w;
+}
+
+/* Forward over B x T tokens with f_calls passes through the layers (explicit: 1); θ read once,
+ * activations written once. */
+static inline Work work_eval(const Shape *s, double act_bytes, int B, int T, double f_calls) {
+    double tok = (double)B * T;
+    return (Work){tok * (shape_body_flops(s, (T + 1) / 2.0) * f_calls + 2 * s->rest), 4 * s->params + act_bytes};
+}
+
+/* Generation of n tokens for B sequences from an empty state, f_calls passes through the layers
+ * per token (explicit: 1; the loop calls of an implicit model read the state and commit once).
+ * Bytes per step: the weights once (shared by the B sequences: a batch-1 step cannot do better),
+ * each sequence's state read and written, and its KV cache read up to the current position. */
+static inline Work work_gen(const Shape *s, int B, int n, double f_calls) {
+    double pos_sum = (double)n * (n + 1) / 2; /* context lengths 1..n */
+    double flops = B * ((2 * s->body + s->mix_tok) * f_calls * n + s->attn_pos * f_calls * pos_sum + 2 * s->rest * n);
+    double bytes = 4 * (s->read_tok * n + B * (2 * s->state * n + s->kv_pos * (pos_sum + n)));
+    return (Work){flops, bytes};
+}
+
+/* % of roofline: the time w takes at max(FLOPs / peak, bytes / bandwidth) of `threads` threads,
+ * over the measured seconds. */
+static inline double roofline_pct(Work w, double seconds, int threads) {
+    Roof r = machine_roof(threads);
+    double tf = w.flops / (r.gflops * 1e9), tb = w.bytes / (r.gbs * 1e9);
+    return 100 * (tf > tb ? tf : tb) / seconds;
+}
+
+/* The roofline fields appended to a bench line:
+ *   gflop=... gbyte=... gflop_s=... roofline=NN.N% bound=flops|bytes
+ * (work of one timed run, achieved GFLOP/s, % of roofline, which limit binds). */
+static inline const char *roof_fields(char *buf, size_t cap, Work w, double seconds, int threads) {
+    Roof r = machine_roof(threads);
+    int flops_bound = w.flops / r.gflops >= w.bytes / r.gbs;
+    snprintf(buf, cap, "gflop=%.4g gbyte=%.4g gflop_s=%.1f roofline=%.1f%% bound=%s", w.flops / 1e9, w.bytes / 1e9,
+             w.flops / seconds / 1e9, roofline_pct(w, seconds, threads), flops_bound ? "flops" : "bytes");
+    return buf;
 }
 
 #endif

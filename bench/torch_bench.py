@@ -24,7 +24,8 @@ recomputed once per step, injection u = Linear(RMSNorm(emb)) + bias added to in_
 Language models at the tinyshakespeare sizes (lm_llama, lm_mamba2, lm_imp_mamba2; bench/bench_lm.c has
 the same cases and semantics, described at run_lm_cases' section): 4 layers, D 128, byte vocabulary,
 training step at B 12 x T 64 (lm_*_train -> train_tok_s) and batch-1 greedy generation of 256 tokens
-with a recurrent step (KV cache / conv + SSM state; lm_*_gen -> gen_tok_s).
+with a recurrent step (KV cache / conv + SSM state; lm_*_gen -> gen_tok_s); generation only for a Llama
+at the shapes of llama2.c's stories15M and of a 110M model (lm_stories15m, lm_llama110m; V 32000).
 Out of scope: GPUs, bf16, Anderson/IFT training, implicit Llama, FP-Mamba LM.
 
 Run with Debian's torch: /usr/bin/python3 bench/torch_bench.py [--threads N] [--quick]
@@ -68,7 +69,7 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="1 warm-up + 2 timed repeats (default 1 + 5; imp_*_large, lm_*: 1 + 3)")
     ap.add_argument("--cases", default="mamba2_small,mamba2_large,llama,train_small,train_large," + ",".join(IMP_CASES)
-                    + ",lm_llama,lm_mamba2,lm_imp_mamba2",
+                    + ",lm_llama,lm_mamba2,lm_imp_mamba2,lm_stories15m,lm_llama110m",
                     help="comma-separated subset (lm_X: both lm_X_train and lm_X_gen)")
     return ap.parse_args(argv)
 
@@ -556,6 +557,12 @@ def run_implicit(name, quick, tail):
 # ---------------------------------------------------------------------------------------------
 
 LM_CASES = ("lm_llama", "lm_mamba2", "lm_imp_mamba2")
+# Generation only, Llama at the shapes of llama2.c's checkpoints (bench/bench_lm.c has the same cases):
+#   name: (lm_params sizes, generated tokens)
+LM_GEN_ONLY = {
+    "lm_stories15m": (dict(V=32000, D=288, L=6, n_head=6, d_inner=1152), 64),    # 15.2M parameters
+    "lm_llama110m": (dict(V=32000, D=768, L=12, n_head=12, d_inner=3072), 16),   # 109.5M parameters
+}
 LM_V, LM_D, LM_L, LM_B, LM_T, LM_GEN = 256, 128, 4, 12, 64, 256
 LM_HEADS, LM_DINNER, LM_N, LM_P = 4, 512, 16, 32
 LM_SOLVE, LM_GRAD, LM_EVAL, LM_TAU = 8, 2, 16, 0.8
@@ -843,6 +850,7 @@ def run_lm_cases(args, tail):
     cases = args.cases.split(",")
     todo = [(base, kind) for base in LM_CASES for kind in ("train", "gen")
             if base in cases or f"{base}_{kind}" in cases]
+    todo += [(base, "gen") for base in LM_GEN_ONLY if base in cases or f"{base}_gen" in cases]
     if not todo:
         return
     lm_self_check()
@@ -852,10 +860,10 @@ def run_lm_cases(args, tail):
     tgt = torch.randint(32, 127, (LM_B, LM_T), generator=g)
     models = {}
     for base, kind in todo:
-        fam = base[3:]
-        if fam not in models:
-            models[fam] = lm_params(fam)
-        m = models[fam]
+        fam, sizes, n_gen = ("llama",) + LM_GEN_ONLY[base] if base in LM_GEN_ONLY else (base[3:], {}, LM_GEN)
+        if base not in models:
+            models[base] = lm_params(fam, **sizes)
+        m = models[base]
         nparams = sum(t.numel() for t in sum(lm_leaves(m), []))
         imp = fam == "imp_mamba2"
         if kind == "train":
@@ -865,18 +873,18 @@ def run_lm_cases(args, tail):
         else:
             times = []
             for i in range(1 + repeats):
-                e = lm_gen_state(m, LM_GEN)
+                e = lm_gen_state(m, n_gen)
                 tok = torch.tensor([ord("T")])
                 t0 = time.perf_counter()
                 with torch.inference_mode():
-                    for t in range(LM_GEN):
+                    for t in range(n_gen):
                         tok = lm_step(m, e, tok, t).argmax(-1)
                 if i >= 1:
                     times.append(time.perf_counter() - t0)
             times.sort()
             s = times[(len(times) - 1) // 2]
-            head = f"gen_tok_s={LM_GEN / s:.1f} gen_ms_tok={s * 1e3 / LM_GEN:.4f}" + \
-                (f" f_calls_tok={LM_EVAL - 1}+1" if imp else "") + f" tokens={LM_GEN} B=1"
+            head = f"gen_tok_s={n_gen / s:.1f} gen_ms_tok={s * 1e3 / n_gen:.4f}" + \
+                (f" f_calls_tok={LM_EVAL - 1}+1" if imp else "") + f" tokens={n_gen} B=1"
         print(f"torch {base}_{kind} {head} params={nparams} repeats={repeats} {tail}", flush=True)
 
 

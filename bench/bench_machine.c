@@ -1,0 +1,42 @@
+/* bench_machine.c: the roofline of this host, which every other bench line is read against.
+ *   FMA peak   12 independent FMA chains in vector registers of the widest ISA the build targets
+ *              (AVX-512 / AVX2+FMA / SSE2 / scalar), on 1 and on N threads, GFLOP/s
+ *   bandwidth  a streaming sum over a buffer of max(512 MiB, 4 x L3), on 1 and N threads, GB/s
+ * (best of 5 each: the machine may be shared). Prints the CPU, ISA and thread count, then
+ *   BENCH_MACHINE=1:<gflops>:<gbs>,N:<gflops>:<gbs>
+ * which bench/run.sh exports so that the other programs need not measure it again.
+ * Usage: bench_machine [--threads N]   (default: all online CPUs)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+
+int main(int argc, char **argv) {
+    long nt = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) nt = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) continue;
+        else {
+            fprintf(stderr, "error: unknown option '%s'\nhint: bench_machine [--threads N]\n", argv[i]);
+            return 1;
+        }
+    }
+    if (nt < 1 || nt > MACHINE_MAX_THREADS) {
+        fprintf(stderr, "error: --threads must be 1..%d\n", MACHINE_MAX_THREADS);
+        return 1;
+    }
+    char cpu[256];
+    machine_cpu_name(cpu, sizeof cpu);
+    Roof one = machine_roof(1), all = machine_roof((int)nt);
+    printf("machine cpu=\"%s\" isa=%s threads=%ld l3_mib=%zu read_buffer_mib=%zu\n", cpu, BENCH_ISA, nt,
+           machine_l3_bytes() >> 20, machine_read_buffer_bytes() >> 20);
+    printf("machine FMA peak: 1 thread %.1f GFLOP/s, %ld threads %.1f GFLOP/s; read bandwidth: 1 thread %.1f GB/s, "
+           "%ld threads %.1f GB/s\n", one.gflops, nt, all.gflops, one.gbs, nt, all.gbs);
+    printf("BENCH_MACHINE=1:%.2f:%.3f", one.gflops, one.gbs);
+    if (nt > 1) printf(",%ld:%.2f:%.3f", nt, all.gflops, all.gbs);
+    printf("\n");
+    return 0;
+}
