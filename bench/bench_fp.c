@@ -96,7 +96,7 @@ static void run(const Case *c, int repeats) {
     printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f%s model=%s B=%d T=%d D=%s params=%zu repeats=%d "
            "threads=%d blas=%s gemm=%s %s\n",
            c->name, B * T / s, s * 1e3, cpu * 1e3, fp, mc.model, B, T, c->d_model, ptab_count(&m.tab), repeats,
-           k_get_threads(), k_blas_name(), k_gemm_backend(), roof_fields(roof, sizeof roof, w, s, k_get_threads()));
+           k_get_threads(), k_blas_name(), k_gemm_backend(), roof_fields(roof, sizeof roof, w, s, cpu, k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);

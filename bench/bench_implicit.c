@@ -161,7 +161,7 @@ static void run(const Case *c, int repeats) {
     char roof[160];
     printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s gemm=%s %s\n", c->B, c->T, c->large ? "256" : "64",
            ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name(), k_gemm_backend(),
-           roof_fields(roof, sizeof roof, w, s, k_get_threads()));
+           roof_fields(roof, sizeof roof, w, s, cs[(repeats - 1) / 2], k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(b.ids); free(b.tg); free(b.tok); free(b.logits);
     if (c->kind == TRAIN) adamw_free(&b.opt);

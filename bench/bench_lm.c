@@ -86,10 +86,11 @@ static void run(const Case *c, int repeats, int train, int gen) {
     /* printable bytes, as in text */
     for (int i = 0; i < B * T; i++) ids[i] = 32 + (int)rng_below(&r, 95), tg[i] = 32 + (int)rng_below(&r, 95);
     double *ts = malloc(sizeof(double) * (size_t)repeats), *gs = malloc(sizeof(double) * (size_t)repeats);
+    double *cts = malloc(sizeof(double) * (size_t)repeats), *cgs = malloc(sizeof(double) * (size_t)repeats);
     double iters = 0, titers = 0;
     float *logits = malloc(sizeof(float) * (size_t)m.V);
     for (int i = 0; i < 1 + repeats; i++) {
-        double t0 = timer_now(), ti = 0;
+        double t0 = timer_now(), c0 = cpu_now(), ti = 0;
         if (train) {
             m.training = 1;
             float loss;
@@ -99,12 +100,12 @@ static void run(const Case *c, int repeats, int train, int gen) {
             model_bwd(&m);
             adamw_step(&opt, &m, 1e-4f);
         }
-        double t1 = timer_now();
+        double t1 = timer_now(), c1 = cpu_now();
         /* generation: batch 1, c->gen tokens, greedy on the last logits */
         m.training = 0;
         CHECK(model_state_init(&m, 1) == 0, "%s", err_msg());
         int tok = 'T';
-        double it = 0, g0 = timer_now();
+        double it = 0, g0 = timer_now(), cg0 = cpu_now();
         for (int k = 0; gen && k < c->gen; k++) {
             CHECK(model_step(&m, &tok, logits) == 0, "%s", err_msg());
             it += m.fp_iters;
@@ -112,10 +113,13 @@ static void run(const Case *c, int repeats, int train, int gen) {
             for (int v = 1; v < mc.vocab_size; v++) best = logits[v] > logits[best] ? v : best;
             tok = best;
         }
-        double g1 = timer_now();
-        if (i >= 1) ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, iters += it / c->gen, titers += ti;
+        double g1 = timer_now(), cg1 = cpu_now();
+        if (i >= 1) {
+            ts[i - 1] = t1 - t0, gs[i - 1] = g1 - g0, cts[i - 1] = c1 - c0, cgs[i - 1] = cg1 - cg0;
+            iters += it / c->gen, titers += ti;
+        }
     }
-    double s = median(ts, repeats), g = median(gs, repeats);
+    double s = median(ts, repeats), g = median(gs, repeats), cs = median(cts, repeats), cg = median(cgs, repeats);
     char tail[160], roof[160];
     snprintf(tail, sizeof tail, "params=%zu repeats=%d threads=%d blas=%s", ptab_count(&m.tab), repeats,
              k_get_threads(), k_blas_name());
@@ -123,16 +127,16 @@ static void run(const Case *c, int repeats, int train, int gen) {
     if (train) {
         Work w = work_train(&sh, (double)m.act_bytes, B, T, titers / repeats, f_grad_passes(&mc));
         printf("implicit %s_train train_tok_s=%.1f ms=%.1f iters=%.2f B=%d T=%d %s %s\n", c->name, B * T / s, s * 1e3,
-               titers / repeats, B, T, tail, roof_fields(roof, sizeof roof, w, s, k_get_threads()));
+               titers / repeats, B, T, tail, roof_fields(roof, sizeof roof, w, s, cs, k_get_threads()));
     }
     if (gen) {
         Work w = work_gen(&sh, 1, c->gen, f_gen_calls(&mc, iters / repeats));
         printf("implicit %s_gen gen_tok_s=%.1f gen_ms_tok=%.4f gen_iters=%.2f tokens=%d B=1 %s %s\n", c->name,
                c->gen / g, g * 1e3 / c->gen, iters / repeats, c->gen, tail,
-               roof_fields(roof, sizeof roof, w, g, k_get_threads()));
+               roof_fields(roof, sizeof roof, w, g, cg, k_get_threads()));
     }
     fflush(stdout);
-    free(ts); free(gs); free(ids); free(tg); free(logits);
+    free(ts); free(gs); free(cts); free(cgs); free(ids); free(tg); free(logits);
     if (train) adamw_free(&opt);
     model_free(&m);
 }

@@ -65,7 +65,8 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s gemm=%s %s\n",
            c->name, B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(),
            k_blas_name(), k_gemm_backend(),
-           roof_fields(roof, sizeof roof, work_train(&sh, (double)m.act_bytes, B, T, 0, 1), s, k_get_threads()));
+           roof_fields(roof, sizeof roof, work_train(&sh, (double)m.act_bytes, B, T, 0, 1), s, cs[repeats / 2],
+                       k_get_threads()));
     fflush(stdout);
     free(ts); free(cs); free(ids); free(tg);
     adamw_free(&opt);

@@ -383,13 +383,18 @@ static inline double roofline_pct(Work w, double seconds, int threads) {
 }
 
 /* The roofline fields appended to a bench line:
- *   gflop=... gbyte=... gflop_s=... roofline=NN.N% bound=flops|bytes
- * (work of one timed run, achieved GFLOP/s, % of roofline, which limit binds). */
-static inline const char *roof_fields(char *buf, size_t cap, Work w, double seconds, int threads) {
+ *   gflop=... gbyte=... gflop_s=... roofline=NN.N% roofline_cpu=NN.N% bound=flops|bytes
+ * (work of one timed run, achieved GFLOP/s, % of roofline, which limit binds). roofline is
+ * against the wall-clock seconds; roofline_cpu against the process CPU seconds per thread, which
+ * leaves out the time slices other jobs took on a shared machine (both agree on an idle one;
+ * threads spinning while they wait count as busy in both). */
+static inline const char *roof_fields(char *buf, size_t cap, Work w, double seconds, double cpu_seconds,
+                                      int threads) {
     Roof r = machine_roof(threads);
     int flops_bound = w.flops / r.gflops >= w.bytes / r.gbs;
-    snprintf(buf, cap, "gflop=%.4g gbyte=%.4g gflop_s=%.1f roofline=%.1f%% bound=%s", w.flops / 1e9, w.bytes / 1e9,
-             w.flops / seconds / 1e9, roofline_pct(w, seconds, threads), flops_bound ? "flops" : "bytes");
+    snprintf(buf, cap, "gflop=%.4g gbyte=%.4g gflop_s=%.1f roofline=%.1f%% roofline_cpu=%.1f%% bound=%s",
+             w.flops / 1e9, w.bytes / 1e9, w.flops / seconds / 1e9, roofline_pct(w, seconds, threads),
+             roofline_pct(w, cpu_seconds / threads, threads), flops_bound ? "flops" : "bytes");
     return buf;
 }
 

@@ -1,0 +1,110 @@
+/* test_bench_util.c: the work counts behind the benchmarks' % of roofline (bench/bench_util.h)
+ * against counts written out by hand from the shapes, and the roofline arithmetic on limits given
+ * through BENCH_MACHINE (nothing here is timed). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "th.h"
+#include "../bench/bench_util.h"
+#include "../src/core/check.h"
+
+static int build(Model *m, const char *const *kv) {
+    ModelCfg c;
+    cfg_defaults(&c);
+    for (int i = 0; kv[i]; i += 2)
+        if (cfg_set(&c, kv[i], kv[i + 1]) != 0) return 0;
+    return model_create(m, &c) == 0;
+}
+
+/* relative closeness of two counts (they are sums of doubles in different orders) */
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
+
+static void test_gemm(void) {
+    Work w = work_gemm(3, 5, 7);
+    TH_CHECK(w.flops == 2 * 3 * 5 * 7 && w.bytes == 4 * (3 * 7 + 7 * 5 + 3 * 5), "gemm %g %g", w.flops, w.bytes);
+}
+
+/* Llama, tied head: layers 4 D^2 + 3 h D + 2 D; outside them the embedding (as the head) and norm_f. */
+static void test_llama(void) {
+    const char *kv[] = {"model", "llama", "vocab_size", "32", "d_model", "16", "n_layer", "2", "n_head", "2",
+                        "d_inner", "24", NULL};
+    Model m;
+    TH_CHECK(build(&m, kv), "llama: %s", err_msg());
+    double D = 16, h = 16, L = 2, V = 32, body = L * (4 * D * D + 3 * h * D + 2 * D), rest = V * D + D;
+    Shape s = shape_of_model(&m);
+    TH_CHECK(s.body == body && s.rest == rest && s.params == body + rest && s.read_tok == body + rest,
+             "llama shape: body %g (want %g), rest %g (want %g), read %g", s.body, body, s.rest, rest, s.read_tok);
+    TH_CHECK(s.attn_pos == 4 * D * L && s.kv_pos == 2 * D * L && s.mix_tok == 0 && s.state == 0, "llama mixer terms");
+    /* 5 tokens, batch 2: context 1..5 (sum 15) */
+    Work g = work_gen(&s, 2, 5, 1);
+    double gf = 2 * (5 * 2 * (body + rest) + 4 * D * L * 15), gb = 4 * (5 * (body + rest) + 2 * 2 * D * L * (15 + 5));
+    TH_CHECK(near(g.flops, gf) && near(g.bytes, gb), "llama gen %g %g want %g %g", g.flops, g.bytes, gf, gb);
+    /* training, B 3 x T 8: 6 FLOPs per weight and token + 3x attention at (T+1)/2 positions */
+    Work t = work_train(&s, 1000, 3, 8, 0, 1);
+    double tf = 24 * (3 * (2 * body + 4 * D * L * 4.5) + 6 * rest), tb = 4 * 11 * (body + rest) + 2000;
+    TH_CHECK(near(t.flops, tf) && near(t.bytes, tb), "llama train %g %g want %g %g", t.flops, t.bytes, tf, tb);
+    model_free(&m);
+}
+
+/* Mamba2: the scan 5 E N per token, state E N + (E + 2N) W per layer; an implicit model's solver
+ * passes multiply the layers only. */
+static void test_mamba2(void) {
+    const char *kv[] = {"model", "implicit_mamba2", "vocab_size", "40", "d_model", "16", "n_layer", "2",
+                        "expand", "2", "d_state", "8", "headdim", "8", NULL};
+    Model m;
+    TH_CHECK(build(&m, kv), "implicit_mamba2: %s", err_msg());
+    Shape s = shape_of_model(&m);
+    double E = 32, N = 8, W = 4, L = 2, layers = 0;
+    for (int i = 0; i < m.tab.n; i++)
+        if (strstr(m.tab.p[i].name, ".layers.")) layers += (double)m.tab.p[i].numel;
+    TH_CHECK(s.body == layers && s.rest == s.params - layers && s.body > 0, "mamba2 body %g rest %g", s.body, s.rest);
+    TH_CHECK(s.mix_tok == L * 5 * E * N && s.state == L * (E * N + (E + 2 * N) * W) && s.attn_pos == 0,
+             "mamba2 mixer terms %g %g", s.mix_tok, s.state);
+    Work e = work_eval(&s, 0, 1, 4, 32);
+    double ef = 4 * ((2 * s.body + s.mix_tok) * 32 + 2 * s.rest);
+    TH_CHECK(near(e.flops, ef), "implicit eval %g want %g", e.flops, ef);
+    Work t = work_train(&s, 0, 1, 4, 32, 4);
+    double tf = 4 * ((2 * s.body + s.mix_tok) * (32 + 3 * 4) + 6 * s.rest);
+    TH_CHECK(near(t.flops, tf), "implicit train %g want %g", t.flops, tf);
+    TH_CHECK(f_grad_passes(&m.cfg) == m.cfg.grad && f_gen_calls(&m.cfg, 7) == 8, "implicit passes");
+    model_free(&m);
+}
+
+/* An untied head (the delta-rule LMs): the embedding is a lookup, neither applied nor read whole. */
+static void test_untied(void) {
+    const char *kv[] = {"model", "gated_deltanet", "vocab_size", "40", "d_model", "16", "n_layer", "1",
+                        "n_head", "2", "delta_head_dim", "8", NULL};
+    Model m;
+    TH_CHECK(build(&m, kv), "gated_deltanet: %s", err_msg());
+    Shape s = shape_of_model(&m);
+    double emb = (double)ptab_find(&m.tab, "word_emb.emb.weight")->numel;
+    TH_CHECK(ptab_find(&m.tab, "lm_head.weight") != NULL, "gated_deltanet has a separate head");
+    TH_CHECK(s.rest == s.params - s.body - emb && s.read_tok == s.params - emb + 16, "untied rest %g read %g", s.rest,
+             s.read_tok);
+    TH_CHECK(s.mix_tok == 6.0 * 2 * 8 * 16 && s.state == 2.0 * 8 * 16, "deltanet terms %g %g", s.mix_tok, s.state);
+    model_free(&m);
+}
+
+/* Limits from the environment: % of roofline is the slower of the two limits over the time. */
+static void test_roofline(void) {
+    setenv("BENCH_MACHINE", "1:100:10,3:250:20", 1);
+    Roof r = machine_roof(3);
+    TH_CHECK(r.threads == 3 && r.gflops == 250 && r.gbs == 20, "BENCH_MACHINE entry 3: %g %g", r.gflops, r.gbs);
+    Work flops_bound = {2e9, 1e8}, bytes_bound = {1e8, 1e9};
+    TH_CHECK(near(roofline_pct(flops_bound, 0.04, 1), 50), "flops-bound: %g", roofline_pct(flops_bound, 0.04, 1));
+    TH_CHECK(near(roofline_pct(bytes_bound, 0.2, 1), 50), "bytes-bound: %g", roofline_pct(bytes_bound, 0.2, 1));
+    char buf[160];
+    roof_fields(buf, sizeof buf, bytes_bound, 0.2, 0.3, 3);
+    TH_CHECK(strstr(buf, "roofline=25.0% roofline_cpu=50.0% bound=bytes") != NULL, "fields: %s", buf);
+}
+
+int main(void) {
+    th_name = "test_bench_util";
+    test_gemm();
+    test_llama();
+    test_mamba2();
+    test_untied();
+    test_roofline();
+    return th_done();
+}
