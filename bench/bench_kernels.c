@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
     rng_seed(&r, 42, 1);
     printf("bench_kernels: blas=%s omp=%s\n", k_blas_name(), k_omp_name());
     Roof one = machine_roof(1), two = machine_roof(2);
-    printf("roofline (bench_machine): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
+    printf("roofline (bench_util.h): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
            "%.1f / %.1f GB/s\n", one.gflops, two.gflops, one.gbs, two.gbs);
     bench_gemm(&r);
     bench_bandwidth(&r);

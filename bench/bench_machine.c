@@ -33,8 +33,11 @@ int main(int argc, char **argv) {
     Roof one = machine_roof(1), all = machine_roof((int)nt);
     printf("machine cpu=\"%s\" isa=%s threads=%ld l3_mib=%zu read_buffer_mib=%zu\n", cpu, BENCH_ISA, nt,
            machine_l3_bytes() >> 20, machine_read_buffer_bytes() >> 20);
-    printf("machine FMA peak: 1 thread %.1f GFLOP/s, %ld threads %.1f GFLOP/s; read bandwidth: 1 thread %.1f GB/s, "
-           "%ld threads %.1f GB/s\n", one.gflops, nt, all.gflops, one.gbs, nt, all.gbs);
+    printf("machine FMA peak: 1 thread %.1f GFLOP/s", one.gflops);
+    if (nt > 1) printf(", %ld threads %.1f GFLOP/s", nt, all.gflops);
+    printf("; read bandwidth: 1 thread %.1f GB/s", one.gbs);
+    if (nt > 1) printf(", %ld threads %.1f GB/s", nt, all.gbs);
+    printf("\n");
     printf("BENCH_MACHINE=1:%.2f:%.3f", one.gflops, one.gbs);
     if (nt > 1) printf(",%ld:%.2f:%.3f", nt, all.gflops, all.gbs);
     printf("\n");

@@ -274,8 +274,9 @@ static inline Work work_gemm(double M, double N, double K) {
  * every token: one multiply-add (2 FLOPs) per weight per token, which is exact for the linear
  * layers and the depthwise conv and ignores norms and elementwise maps (O(D) per token). */
 typedef struct {
-    double body;     /* weights inside the layers: applied once per token and f call */
-    double rest;     /* weights outside them applied per token: the head (tied: the embedding), injection */
+    double body;     /* weights applied once per token and f call (pass through the layers) */
+    double rest;     /* weights applied once per token and forward: the head (tied: the embedding), an
+                      * implicit model's injection, a Fixed-Point RNN's layer outside its loop */
     double params;   /* all trainable scalars (optimizer traffic) */
     double read_tok; /* scalars one step reads: all weights but the embedding rows not looked up */
     double mix_tok;  /* sequence-mixer FLOPs per token and f call beyond its weights (the scan) */
@@ -308,8 +309,21 @@ static inline Shape shape_of_model(const Model *m) {
     memset(&s, 0, sizeof s);
     const ParamInfo *emb = ptab_find(&m->tab, "word_emb.emb.weight");
     int untied = ptab_find(&m->tab, "lm_head.weight") != NULL;
-    for (int i = 0; i < m->tab.n; i++)
-        if (!strncmp(m->tab.p[i].name, "backbone.layers.", 16)) s.body += (double)m->tab.p[i].numel;
+    /* A Fixed-Point RNN iterates only part of each layer (fp_mamba.h): the channel mixer's
+     * projections (".mixer.mixer.", of which the x share is computed once per forward when the
+     * mixer reads [x ; shift(y)] through full-rank projections) and bc_proj; the rest of the layer
+     * (in_proj, x_proj, dt_proj, zy_proj, out_proj) runs once per forward. Other models iterate
+     * (or run once) the whole layer. */
+    int fp = !strncmp(c->model, "fp_", 3);
+    double loop = 0, layers = 0, hoist = c->mixer_h_dep && !c->symm_mixer && c->mixer_proj_rank < 0 ? 0.5 : 1;
+    for (int i = 0; i < m->tab.n; i++) {
+        const char *name = m->tab.p[i].name;
+        if (strncmp(name, "backbone.layers.", 16)) continue;
+        layers += (double)m->tab.p[i].numel;
+        if (strstr(name, ".mixer.mixer.")) loop += hoist * (double)m->tab.p[i].numel;
+        else if (strstr(name, ".bc_proj.")) loop += (double)m->tab.p[i].numel;
+    }
+    s.body = fp && loop > 0 ? loop : layers;
     s.params = (double)ptab_count(&m->tab);
     double e = emb ? (double)emb->numel : 0;
     s.rest = s.params - s.body - (untied ? e : 0);

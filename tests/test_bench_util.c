@@ -86,6 +86,28 @@ static void test_untied(void) {
     model_free(&m);
 }
 
+/* A Fixed-Point RNN iterates its channel mixer's projections, less the x share hoisted out of the
+ * loop (half of them for the [x ; shift(y)] input), and bc_proj; the rest of the layer runs once. */
+static void test_fp(void) {
+    const char *kv[] = {"model", "fp_mamba", "vocab_size", "40", "d_model", "16", "n_layer", "1", "d_state", "4",
+                        "mixer_type", "householder", "mixer_rank", "1", "mixer_h_dep", "1", "symm_mixer", "0", NULL};
+    Model m;
+    TH_CHECK(build(&m, kv), "fp_mamba: %s", err_msg());
+    Shape s = shape_of_model(&m);
+    double loop = 0, layers = 0;
+    for (int i = 0; i < m.tab.n; i++) {
+        const ParamInfo *p = &m.tab.p[i];
+        if (strstr(p->name, ".layers.")) layers += (double)p->numel;
+        if (strstr(p->name, ".mixer.mixer.")) loop += 0.5 * (double)p->numel;
+        if (strstr(p->name, ".bc_proj.")) loop += (double)p->numel;
+    }
+    TH_CHECK(loop > 0 && s.body == loop && s.rest == s.params - loop, "fp body %g (want %g) rest %g", s.body, loop,
+             s.rest);
+    TH_CHECK(s.body < layers / 2, "fp: most of the layer runs once per forward (%g of %g)", s.body, layers);
+    TH_CHECK(f_grad_passes(&m.cfg) == m.cfg.fp_n_backwards && f_gen_calls(&m.cfg, 3.5) == 3.5, "fp passes");
+    model_free(&m);
+}
+
 /* Limits from the environment: % of roofline is the slower of the two limits over the time. */
 static void test_roofline(void) {
     setenv("BENCH_MACHINE", "1:100:10,3:250:20", 1);
@@ -105,6 +127,7 @@ int main(void) {
     test_llama();
     test_mamba2();
     test_untied();
+    test_fp();
     test_roofline();
     return th_done();
 }
