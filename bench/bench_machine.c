@@ -2,7 +2,8 @@
  *   FMA peak   12 independent FMA chains in vector registers of the widest ISA the build targets
  *              (AVX-512 / AVX2+FMA / SSE2 / scalar), on 1 and on N threads, GFLOP/s
  *   bandwidth  a streaming sum over a buffer of max(512 MiB, 4 x L3), on 1 and N threads, GB/s
- * (best of 5 each: the machine may be shared). Prints the CPU, ISA and thread count, then
+ * (best of 5 each, as rates per second of each thread's CPU time: the machine may be shared, and
+ * time slices taken by other jobs must not lower the limits). Prints the CPU, ISA and thread count, then
  *   BENCH_MACHINE=1:<gflops>:<gbs>,N:<gflops>:<gbs>
  * which bench/run.sh exports so that the other programs need not measure it again.
  * Usage: bench_machine [--threads N]   (default: all online CPUs)
