@@ -145,7 +145,7 @@ static int check_key(const KeyTab *t, const KeyInfo *k, const char *value) {
     double scratch[KEY_STR_LEN / sizeof(double) + 1];
     KeyInfo one = *k;
     one.offset = 0;
-    KeyTab view = {t->section, &one, 1};
+    KeyTab view = {t->section, &one, 1, NULL, 0};   /* the value alone: its range is checked with the config */
     return keytab_set(&view, scratch, k->name, value);
 }
 

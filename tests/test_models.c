@@ -6,13 +6,18 @@
  */
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/core/check.h"
+#include "../src/data/task.h"
 #include "../src/io/json.h"
 #include "../src/io/safetensors.h"
 #include "../src/kernels/kernels.h"
 #include "../src/models/ckpt.h"
 #include "../src/train/optim.h"
+#include "../src/train/train_cfg.h"
 #include "refload.h"
 #include "th.h"
 
@@ -182,8 +187,108 @@ static void check_no_grad(const char *model, const char *const *kv) {
     model_free(&m);
 }
 
+/* A config from {"key", "value", ..., NULL} over the defaults. */
+static void cfg_of(ModelCfg *c, const char *const *kv) {
+    cfg_defaults(c);
+    for (int i = 0; kv[i]; i += 2) TH_CHECK(cfg_set(c, kv[i], kv[i + 1]) == 0, "set %s: %s", kv[i], err_msg());
+}
+
+/* Every integer key of the three config tables has a range, and sizes out of it (or derived
+ * widths above CFG_MAX_WIDTH) are refused by name before any arithmetic: the first two configs
+ * overflowed int inside cfg_validate itself. */
+static void config_bounds(void) {
+    const KeyTab *tabs[] = {&model_keytab, &task_keytab, &train_keytab};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < tabs[t]->n; i++)
+            TH_CHECK(tabs[t]->keys[i].type != KEY_INT || keytab_bound(tabs[t], tabs[t]->keys[i].name),
+                     "%s key '%s' has no bound", tabs[t]->section, tabs[t]->keys[i].name);
+    static const char *const k0[] = {"model", "llama", "d_model", "64", "d_inner", "2147483647", NULL};
+    static const char *const k1[] = {"model", "fp_mamba2", "d_model", "4096", "expand", "1000000", NULL};
+    static const char *const k2[] = {"model", "fp_mamba", "d_model", "8192", "mixer_type", "selectivedense", NULL};
+    static const char *const k3[] = {"model", "gated_deltanet", "n_head", "65536", "delta_head_dim", "4096", NULL};
+    static const char *const k4[] = {"model", "mamba2", "vocab_size", "0", NULL};
+    struct { const char *const *kv; const char *needle; } bad[] = {
+        {k0, "model key 'd_inner' must be in 0..1048576 (got 2147483647)"},
+        {k1, "model key 'expand' must be in 1..64 (got 1000000)"},
+        {k2, "the mixer projection width = 134225920 is above the largest supported width 16777216"},
+        {k3, "n_head x delta_head_dim x expand_v x n_householder = 536870912"},
+        {k4, "model key 'vocab_size' must be in 1..16777216 (got 0)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ModelCfg c;
+        cfg_of(&c, bad[i].kv);
+        int rc = cfg_validate(&c);
+        TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), bad[i].needle), "bad config %zu: rc %d, %s", i, rc, err_msg());
+    }
+    /* every key in range, the model absurd: counted in size_t and refused before allocating */
+    static const char *const huge[] = {"model", "llama", "vocab_size", "16777216", "d_model", "65536", NULL};
+    ModelCfg c;
+    Model m;
+    cfg_of(&c, huge);
+    int rc = model_create(&m, &c);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "this config has 1133871562752 parameters"), "huge model: rc %d, %s", rc,
+             err_msg());
+    if (!rc) model_free(&m);
+    /* a forward of more tokens than the layers' int row counts allow */
+    static const char *const tiny[] = {"model", "lstm", "d_model", "8", "vocab_size", "10", NULL};
+    cfg_of(&c, tiny);
+    TH_CHECK(model_create(&m, &c) == 0, "%s", err_msg());
+    rc = model_plan(&m, 65536, 1 << 20);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "68719476736 tokens in one forward"), "huge batch: rc %d, %s", rc,
+             err_msg());
+    model_free(&m);
+    /* task and training keys: copy's 2 max_len + 3 overflowed; steps sized an array of doubles */
+    TaskCfg t;
+    task_cfg_defaults(&t);
+    task_cfg_set(&t, "task", "copy");
+    task_cfg_set(&t, "max_len", "2147483647");
+    rc = task_cfg_validate(&t);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "task key 'max_len' must be in 0..1048576"), "max_len: %s", err_msg());
+    TrainCfg r;
+    train_cfg_defaults(&r);
+    keytab_set(&train_keytab, &r, "steps", "2147483647");
+    rc = train_cfg_validate(&r);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "train key 'steps' must be in 1..100000000"), "steps: %s", err_msg());
+}
+
+/* A failed allocation reports the size that failed (it once freed the table first and said "0
+ * parameters"). Address-space limit in a child: under ASan, which reserves terabytes of shadow
+ * memory up front, the limit cannot be set, so the check is skipped there. */
+static void alloc_failure(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  alloc_failure: skipped under ASan\n");
+#else
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
+        fclose(f);
+        struct rlimit rl;
+        getrlimit(RLIMIT_AS, &rl);
+        rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+        if (setrlimit(RLIMIT_AS, &rl)) _exit(2);
+        static const char *const kv[] = {"model", "lstm", "vocab_size", "1048576", "d_model", "256", NULL};
+        ModelCfg c;
+        cfg_of(&c, kv);
+        Model m;
+        int rc = model_create(&m, &c);   /* 2^28 + 2^18 + ... floats: 1 GB for the weights alone */
+        int ok = rc == IM_ENOMEM && strstr(err_msg(), "cannot allocate 269") != NULL;
+        if (!ok) printf("  child: rc %d, %s\n", rc, rc ? err_msg() : "allocated");
+        _exit(ok ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 2, "alloc_failure: could not limit the address space");
+    TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a failed parameter allocation does not report its size");
+#endif
+}
+
 int main(void) {
     th_name = "test_models";
+    config_bounds();
+    alloc_failure();
     check_ref("tests/ref/mamba2.safetensors");
     check_ref("tests/ref/mamba2_long.safetensors");
     check_ref("tests/ref/llama.safetensors");

@@ -95,13 +95,49 @@ size_t keytab_json(const KeyTab *t, const void *obj, char *buf, size_t cap) {
     return at + 1;
 }
 
-void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f) {
-    char v[KEY_STR_LEN + 32];
-    keytab_value(k, obj, v, sizeof v);
-    if (k->type == KEY_FLOAT) snprintf(v, sizeof v, "%g", *(const double *)((const char *)obj + k->offset));
-    fprintf(f, "  --%-22s %-14s %s\n", k->name, v, k->help);
+const KeyBound *keytab_bound(const KeyTab *t, const char *key) {
+    for (int i = 0; i < t->n_bounds; i++)
+        if (!strcmp(t->bounds[i].name, key)) return &t->bounds[i];
+    return NULL;
 }
 
+/* "lo..hi" with integers printed as such */
+static void range_str(const KeyBound *b, KeyType type, char *buf, size_t cap) {
+    if (type == KEY_INT) snprintf(buf, cap, "%.0f..%.0f", b->lo, b->hi);
+    else snprintf(buf, cap, "%g..%g", b->lo, b->hi);
+}
+
+int keytab_check_bounds(const KeyTab *t, const void *obj) {
+    for (int i = 0; i < t->n_bounds; i++) {
+        const KeyBound *b = &t->bounds[i];
+        const KeyInfo *k = keytab_find(t, b->name);
+        CHECK(k && k->type != KEY_STR, "bound of %s key '%s': no such numeric key", t->section, b->name);
+        const char *f = (const char *)obj + k->offset;
+        double v = k->type == KEY_INT ? (double)*(const int *)f : *(const double *)f;
+        if (v >= b->lo && v <= b->hi) continue;   /* also rejects a NaN */
+        char range[64], got[KEY_STR_LEN + 32];
+        range_str(b, k->type, range, sizeof range);
+        keytab_value(k, obj, got, sizeof got);
+        return err_set(IM_EINVAL, "%s key '%s' must be in %s (got %s)", t->section, k->name, range, got);
+    }
+    return IM_OK;
+}
+
+/* One `  --key  value  help [lo..hi]` line; b may be NULL (no range known). */
+static void print_key(const KeyInfo *k, const KeyBound *b, const void *obj, FILE *f) {
+    char v[KEY_STR_LEN + 32], range[64] = "";
+    keytab_value(k, obj, v, sizeof v);
+    if (k->type == KEY_FLOAT) snprintf(v, sizeof v, "%g", *(const double *)((const char *)obj + k->offset));
+    if (b) {
+        range[0] = ' ', range[1] = '[';
+        range_str(b, k->type, range + 2, sizeof range - 3);
+        strcat(range, "]");
+    }
+    fprintf(f, "  --%-22s %-14s %s%s\n", k->name, v, k->help, range);
+}
+
+void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f) { print_key(k, NULL, obj, f); }
+
 void keytab_print(const KeyTab *t, const void *obj, FILE *f) {
-    for (int i = 0; i < t->n; i++) keytab_print_key(&t->keys[i], obj, f);
+    for (int i = 0; i < t->n; i++) print_key(&t->keys[i], keytab_bound(t, t->keys[i].name), obj, f);
 }

@@ -24,10 +24,20 @@ typedef struct {
     const char *help;
 } KeyInfo;
 
+/* The range of a numeric key, lo..hi inclusive. Every INT key of a table has one (a test walks
+ * the tables): keytab_check_bounds runs before any validation that does arithmetic with the
+ * values, so no size product downstream can overflow. */
+typedef struct {
+    const char *name;
+    double lo, hi;
+} KeyBound;
+
 typedef struct {
     const char *section; /* "model", "task", "train": used in messages and JSON */
     const KeyInfo *keys;
     int n;
+    const KeyBound *bounds;
+    int n_bounds;
 } KeyTab;
 
 #define KEY_CTYPE_INT int
@@ -39,6 +49,8 @@ typedef struct {
 /* X-macro adaptors: struct field, and KeyInfo entry for struct S (define KEY_STRUCT first). */
 #define KEY_FIELD(type, name, def, help) KEY_CTYPE_##type name KEY_DIM_##type;
 #define KEY_INFO(type, name, def, help) {#name, KEY_##type, offsetof(KEY_STRUCT, name), #def, help},
+/* X(name, lo, hi) bound tables; the sizeof names the field, so a bound of a missing key does not compile. */
+#define KEY_BOUND(name, lo, hi) {#name + 0 * sizeof(((KEY_STRUCT *)0)->name), lo, hi},
 
 enum { KEY_NOT_MINE = 1 };
 
@@ -51,7 +63,10 @@ int keytab_set(const KeyTab *t, void *obj, const char *key, const char *value);
 void keytab_value(const KeyInfo *k, const void *obj, char *buf, size_t cap);
 /* {"key": value, ...}; returns bytes needed incl. NUL (call with cap 0 to measure). */
 size_t keytab_json(const KeyTab *t, const void *obj, char *buf, size_t cap);
-/* `  --key  default  help` lines for --help: every key, or one. */
+/* Every bounded key in its range, else IM_EINVAL "model key 'd_inner' must be in 0..1048576 (got ...)". */
+int keytab_check_bounds(const KeyTab *t, const void *obj);
+const KeyBound *keytab_bound(const KeyTab *t, const char *key);
+/* `  --key  default  help` lines for --help: every key (with its range, if bounded), or one. */
 void keytab_print(const KeyTab *t, const void *obj, FILE *f);
 void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f);
 

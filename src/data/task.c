@@ -18,15 +18,15 @@
 #include "../core/rng.h"
 #include "task_impl.h"
 
-/* Longest task length we accept anywhere (keeps int products like 4*train_len safe). */
-#define TASK_MAX_LEN (1 << 20)
 
 /* ---------------------------------------------------------------- config table */
 
 #define KEY_STRUCT TaskCfg
 static const KeyInfo TASK_KEYS[] = {TASK_CFG_KEYS(KEY_INFO)};
+static const KeyBound TASK_BOUNDS[] = {TASK_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
-const KeyTab task_keytab = {"task", TASK_KEYS, (int)(sizeof TASK_KEYS / sizeof TASK_KEYS[0])};
+const KeyTab task_keytab = {"task", TASK_KEYS, (int)(sizeof TASK_KEYS / sizeof TASK_KEYS[0]), TASK_BOUNDS,
+                            (int)(sizeof TASK_BOUNDS / sizeof TASK_BOUNDS[0])};
 
 void task_cfg_defaults(TaskCfg *c) {
     memset(c, 0, sizeof *c);
@@ -137,15 +137,11 @@ static void resolve(const TaskCfg *c, int kind, int *Lmin, int *Lmax, int *C, in
 
 /* Keys of the copy, formal, catbabi and lm tasks. */
 static int validate_new(const TaskCfg *c, int kind) {
-    if (c->min_len < 0 || c->max_len < 0 || c->context < 0 || c->modulus < 0)
-        BAD("task keys 'min_len', 'max_len', 'context', 'modulus' must be >= 0 (0 = the task's default)");
     if (strcmp(c->eval_pad, "context") && strcmp(c->eval_pad, "tight"))
         BAD("task key 'eval_pad': unknown '%s' (context | tight)", c->eval_pad);
     int Lmin, Lmax, C, K;
     resolve(c, kind, &Lmin, &Lmax, &C, &K);
-    if (C > TASK_MAX_CONTEXT) BAD("task key 'context': %d is above %d", C, TASK_MAX_CONTEXT);
     if (kind == TASK_COPY) {
-        if (c->alphabet < 1 || c->alphabet > 1000) BAD("task key 'alphabet': %d out of range 1..1000", c->alphabet);
         if (Lmin < 1 || Lmax < Lmin) BAD("task keys 'min_len', 'max_len': need 1 <= min_len <= max_len (got %d, %d)", Lmin, Lmax);
         if (C < 2 * Lmax + 3)
             BAD("task key 'context': %d cannot hold a copy example of length max_len %d (needs >= 2 max_len + 3 = %d)", C,
@@ -167,8 +163,7 @@ static int validate_new(const TaskCfg *c, int kind) {
         if (C < 2) BAD("task key 'context': a catbabi window needs >= 2 tokens (got %d)", C);
         if (strcmp(c->babi_split, "valid") && strcmp(c->babi_split, "test"))
             BAD("task key 'babi_split': unknown '%s' (valid | test)", c->babi_split);
-        if (c->babi_eval_stories < 1) BAD("task key 'babi_eval_stories' must be >= 1");
-    }
+        }
     return IM_OK;
 }
 
@@ -177,6 +172,7 @@ int task_cfg_validate(const TaskCfg *c) {
     if (kind < 0)
         BAD("task key 'task': unknown task '%s' (word | ios | copy | parity | even_pairs | cycle_navigation | "
             "modular_arithmetic | modular_arithmetic_brackets | catbabi | lm)", c->task);
+    if ((rc = keytab_check_bounds(&task_keytab, c))) return rc;
     int ios = kind == TASK_IOS, group_task = kind == TASK_WORD || ios;
     if (group_task) {
         int order;
@@ -184,17 +180,12 @@ int task_cfg_validate(const TaskCfg *c) {
         if (strcmp(c->monoid, "aperiodic") && strcmp(c->monoid, "trivial"))
             BAD("task key 'monoid': unknown monoid '%s' (aperiodic | trivial)", c->monoid);
     }
-    if (!(c->p >= 0 && c->p <= 1)) BAD("task key 'p': %g is not a probability in [0, 1]", c->p);
     int min_len = ios ? 2 : 1;
     if (c->train_len < min_len || c->train_len > TASK_MAX_LEN)
         BAD("task key 'train_len': %d out of range %d..%d%s", c->train_len, min_len, TASK_MAX_LEN,
             ios ? " (ios trains on lengths 2..train_len)" : "");
-    if (c->seed < 0) BAD("task key 'seed' must be >= 0");
     if ((rc = parse_lens(c->eval_lens, is_formal(kind), NULL, &n))) return rc;
     if ((rc = parse_ps(c->eval_ps, NULL, &n))) return rc;
-    if (c->eval_samples < 1) BAD("task key 'eval_samples' must be >= 1");
-    if (c->pad_loss != 0 && c->pad_loss != 1) BAD("task key 'pad_loss' must be 0 or 1");
-    if (c->shift != 0 && c->shift != 1) BAD("task key 'shift' must be 0 or 1");
     if (kind == TASK_WORD && c->shift && c->train_len < 2)
         BAD("task key 'shift': needs train_len >= 2 (the last position has no next target)");
     return group_task ? IM_OK : validate_new(c, kind);

@@ -52,6 +52,8 @@ typedef enum {
 #define TASK_LEN_VAL 0
 /* Longest row (copy, formal) or window (catbabi) accepted for `context`. */
 #define TASK_MAX_CONTEXT 65536
+/* Longest task length we accept anywhere (keeps int products like 4*train_len safe). */
+#define TASK_MAX_LEN (1 << 20)
 /* ios specials, as offsets from |G| (fp-rnn §6.1 tokenisation). */
 enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TASK_CLS = 5, TASK_MASK = 6, TASK_N_SPECIAL = 7 };
 
@@ -93,6 +95,14 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
     X(STR, data, "", "lm: the token file (`implicit data prepare TEXT... --out FILE.tok`)")                \
     X(STR, tokenizer, "", "lm: tokenizer spec (byte | FILE.bpe | FILE.json); \"\" = the data file's; kept in " \
                           "checkpoints so eval / generate can decode without the data file")
+
+/* X(key, lo, hi): the range of every integer key, checked first (core/keytab.h); "0 = the task's
+ * default" keys start at 0, and the task-specific rules (min_len <= max_len, ...) come after. */
+#define TASK_CFG_BOUNDS(X)                                                                                \
+    X(p, 0, 1) X(train_len, 1, TASK_MAX_LEN) X(seed, 0, 2147483647) X(eval_samples, 1, 1 << 24)             \
+    X(pad_loss, 0, 1) X(shift, 0, 1) X(min_len, 0, TASK_MAX_LEN) X(max_len, 0, TASK_MAX_LEN)                     \
+    X(context, 0, TASK_MAX_CONTEXT) X(alphabet, 1, 1000) X(modulus, 0, 1000) X(val_min, 0, TASK_MAX_CONTEXT) \
+    X(val_max, 0, TASK_MAX_CONTEXT) X(babi_eval_stories, 1, 1 << 20)
 
 typedef struct {
     TASK_CFG_KEYS(KEY_FIELD)

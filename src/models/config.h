@@ -107,6 +107,31 @@
     X(FLOAT, jac_weight, 0.0, "Jacobian regularisation: loss += w ||eps^T df/dz||^2 / numel at z* (0 = off)") \
     X(FLOAT, jac_freq, 1.0, "Jacobian regularisation: probability that a training step computes it")
 
+/* X(key, lo, hi): the range of every integer key (and of the floats a size is computed from),
+ * checked before anything else, so that the widths derived from them (E = expand * d_model, ...)
+ * are computed in 64 bits and bounded by CFG_MAX_WIDTH before any int arithmetic sees them.
+ * Sizes are capped far above any CPU-trainable model; flags are 0..1, "-1 = default" keys start
+ * at -1. Family-specific rules (headdim dividing E, ...) stay in cfg_validate. */
+#define MODEL_CFG_BOUNDS(X)                                                                        \
+    X(vocab_size, 1, 1 << 24) X(pad_vocab_multiple, 0, 65536) X(d_model, 1, 65536)                 \
+    X(n_layer, 1, 1024) X(d_inner, 0, 1 << 20) X(d_state, 1, 65536) X(d_conv, 1, 64)              \
+    X(expand, 1, 64) X(headdim, 1, 65536) X(n_head, 1, 65536) X(max_seq_len, 1, 1 << 24)          \
+    X(rescale_out_proj, -1, 1) X(dt_rank, 0, 65536) X(short_conv, -1, 1)                           \
+    X(delta_head_dim, 1, 65536) X(expand_v, 1, 64) X(n_householder, 1, 16) X(allow_neg_eigval, 0, 1) \
+    X(mixer_rank, 1, 4096) X(mixer_proj_rank, -1, 65536) X(mixer_h_dep, 0, 1) X(symm_mixer, 0, 1)  \
+    X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \
+    X(fp_n_backwards, 1, 64) X(fp_patience, 1, 1 << 20) X(fp_eval_cap, 1, 10000000)               \
+    X(f_max_iter, 0, 100000) X(grad, 1, 64) X(ift, 0, 1) X(b_max_iter, 1, 100000)                  \
+    X(eval_factor, 0, 1000) X(eval_f_max_iter, 0, 10000000) X(pretrain_steps, 0, 1 << 30)         \
+    X(pretrain_iter, 1, 256) X(bounded_steps, 0, 1 << 30) X(bounded_f_max_iter, 0, 100000)         \
+    X(bounded_grad, 1, 64) X(weight_norm, 0, 1) X(norm_no_scale, 0, 1) X(noise_seed, 0, 2147483647) \
+    X(seq_warm_start, 0, 1) X(anderson_m, 1, 16) X(broyden_m, 1, 64)
+
+/* The widest per-token width a model may derive from its keys (the Mamba2 in_proj rows
+ * 2E + 2N + H, the MLP hidden, the LSTM gates 4D, a mixer's projection width ...): 2^24, so that
+ * the layers' int arithmetic on widths (a few of them times a small factor) cannot overflow. */
+#define CFG_MAX_WIDTH (1 << 24)
+
 typedef struct {
     MODEL_CFG_KEYS(KEY_FIELD)
 } ModelCfg;

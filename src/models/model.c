@@ -7,6 +7,10 @@
 
 #include "../core/check.h"
 
+/* More parameters than this is a mistake in the config, not a model to train on a CPU: 2^34
+ * floats = 69 GB per copy, and training keeps four (weights, gradients, two AdamW moments). */
+#define MODEL_MAX_PARAMS ((size_t)1 << 34)
+
 extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm, model_implicit_mamba2, model_implicit_llama;
 extern const ModelType model_mamba1_lm, model_fp_mamba_lm, model_fp_mamba2_lm, model_fp_rnn_lm;
 extern const ModelType model_deltanet_lm, model_gated_deltanet_lm;
@@ -43,9 +47,20 @@ int model_create(Model *m, const ModelCfg *cfg) {
     ptab_init(&m->tab);
     rc = m->type->build(m);
     if (rc) { model_free(m); return rc; }
-    m->params = aligned_alloc(64, m->tab.total * sizeof(float) + 64);
-    m->grads = aligned_alloc(64, m->tab.total * sizeof(float) + 64);
-    if (!m->params || !m->grads) { model_free(m); return err_set(IM_ENOMEM, "cannot allocate %zu parameters", m->tab.total); }
+    size_t total = m->tab.total;   /* floats, from the size_t products of the (bounded) tensor dims */
+    if (total > MODEL_MAX_PARAMS) {
+        model_free(m);
+        return err_set(IM_EINVAL, "model '%s': this config has %zu parameters (%.1f GB per copy of the weights), more "
+                       "than the %zu a model may have", cfg->model, total, (double)total * sizeof(float) / 1e9,
+                       MODEL_MAX_PARAMS);
+    }
+    m->params = aligned_alloc(64, total * sizeof(float) + 64);
+    m->grads = aligned_alloc(64, total * sizeof(float) + 64);
+    if (!m->params || !m->grads) {
+        model_free(m);   /* after which m->tab is gone: report the count kept above */
+        return err_set(IM_ENOMEM, "cannot allocate %zu parameters (%.1f GB for the weights and their gradients)", total,
+                       (double)total * 2 * sizeof(float) / 1e9);
+    }
     memset(m->params, 0, m->tab.total * sizeof(float));
     memset(m->grads, 0, m->tab.total * sizeof(float));
     rng_seed(&m->rng, 0, 7);
@@ -69,6 +84,9 @@ void model_zero_grad(Model *m) { memset(m->grads, 0, m->tab.total * sizeof(float
 
 int model_plan(Model *m, int B, int T) {
     if (B < 1 || T < 1) return err_set(IM_EINVAL, "batch %d and length %d must be >= 1", B, T);
+    if ((long long)B * T > MODEL_MAX_TOKENS)
+        return err_set(IM_EINVAL, "batch %d x length %d = %lld tokens in one forward is more than %d (lower the batch)",
+                       B, T, (long long)B * T, MODEL_MAX_TOKENS);
     /* evaluation needs no backward caches: a mode switch re-plans (implicit models size the
      * training arena by the number of differentiable steps) */
     if (B == m->B && T == m->T && m->planned_training == m->training && m->planned_no_grad == m->no_grad)

@@ -77,6 +77,9 @@ int model_create(Model *m, const ModelCfg *cfg);
 void model_free(Model *m);
 void model_init_params(Model *m, uint64_t seed);   /* spec §1.8 rules from the table */
 void model_zero_grad(Model *m);
+/* Most tokens B x T in one forward: the layers index rows of a batch with int M = B * T (and
+ * kernels a few widths times M in size_t), so this keeps every such product far from overflow. */
+#define MODEL_MAX_TOKENS (1 << 24)
 int model_plan(Model *m, int B, int T);
 int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss);
 void model_bwd(Model *m);

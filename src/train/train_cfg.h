@@ -34,6 +34,13 @@
     X(FLOAT, explode_norm, 1e6, "a gradient norm above this counts as exploding")                     \
     X(STR, progress, "auto", "auto | bar | plain | none")
 
+/* X(key, lo, hi): the range of every integer key, checked first (core/keytab.h). */
+#define TRAIN_CFG_BOUNDS(X)                                                                            \
+    X(steps, 1, 100000000) X(batch, 1, 65536) X(grad_accum, 1, 65536) X(warmup, 0, 1 << 30)            \
+    X(decay_embeddings, 0, 1) X(seed, -2147483647, 2147483647) X(threads, 0, 4096)                     \
+    X(log_every, 1, 1 << 30) X(eval_every, 0, 1 << 30) X(eval_batch, 1, 65536) X(ckpt_every, 0, 1 << 30) \
+    X(overwrite, 0, 1)
+
 typedef struct {
     TRAIN_CFG_KEYS(KEY_FIELD)
 } TrainCfg;

@@ -24,8 +24,10 @@
 /* ---- config ------------------------------------------------------------------------------ */
 #define KEY_STRUCT TrainCfg
 static const KeyInfo TRAIN_KEYS[] = {TRAIN_CFG_KEYS(KEY_INFO)};
+static const KeyBound TRAIN_BOUNDS[] = {TRAIN_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
-const KeyTab train_keytab = {"train", TRAIN_KEYS, (int)(sizeof TRAIN_KEYS / sizeof TRAIN_KEYS[0])};
+const KeyTab train_keytab = {"train", TRAIN_KEYS, (int)(sizeof TRAIN_KEYS / sizeof TRAIN_KEYS[0]), TRAIN_BOUNDS,
+                             (int)(sizeof TRAIN_BOUNDS / sizeof TRAIN_BOUNDS[0])};
 
 void train_cfg_defaults(TrainCfg *c) {
     memset(c, 0, sizeof *c);
@@ -35,22 +37,16 @@ void train_cfg_defaults(TrainCfg *c) {
 #define BAD(...) return err_set(IM_EINVAL, __VA_ARGS__)
 
 int train_cfg_validate(const TrainCfg *c) {
+    int rc = keytab_check_bounds(&train_keytab, c);
+    if (rc) return rc;
     if (!c->out[0]) BAD("train key 'out': an output folder is required");
-    if (c->steps < 1) BAD("train key 'steps': %d must be >= 1", c->steps);
-    if (c->batch < 1) BAD("train key 'batch': %d must be >= 1", c->batch);
-    if (c->grad_accum < 1) BAD("train key 'grad_accum': %d must be >= 1", c->grad_accum);
     if (!(c->lr > 0)) BAD("train key 'lr' must be > 0");
     if (c->min_lr < 0 || c->min_lr > c->lr) BAD("train key 'min_lr' must be in [0, lr]");
-    if (c->warmup < 0) BAD("train key 'warmup' must be >= 0");
     if (sched_parse(c->schedule) < 0) BAD("train key 'schedule': unknown '%s' (cosine | linear | constant)", c->schedule);
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) BAD("train keys 'beta1', 'beta2' must be in [0, 1)");
     if (!(c->eps > 0)) BAD("train key 'eps' must be > 0");
     if (c->weight_decay < 0) BAD("train key 'weight_decay' must be >= 0");
     if (c->clip < 0) BAD("train key 'clip' must be >= 0");
-    if (c->threads < 0) BAD("train key 'threads' must be >= 0");
-    if (c->log_every < 1) BAD("train key 'log_every' must be >= 1");
-    if (c->eval_every < 0 || c->ckpt_every < 0) BAD("train keys 'eval_every', 'ckpt_every' must be >= 0");
-    if (c->eval_batch < 1) BAD("train key 'eval_batch' must be >= 1");
     EvalRow r = {0};
     double v;
     int hib;
@@ -89,6 +85,25 @@ static int open_folder(Trainer *t, int resume_step, int overwrite) {
     return IM_OK;
 }
 
+/* batch x T (training) and eval_batch x T (every eval length) within MODEL_MAX_TOKENS, in 64 bits,
+ * before any buffer of that size is allocated. */
+static int batch_sizes_validate(const Trainer *t) {
+    long long T = task_train_seq_len(t->task), n = (long long)t->cfg.batch * T;
+    if (n > MODEL_MAX_TOKENS)
+        BAD("train key 'batch': %d sequences of the task's training length %lld = %lld tokens per micro-batch, more "
+            "than %d", t->cfg.batch, T, n, MODEL_MAX_TOKENS);
+    const int *lens;
+    int nl = task_eval_lens(t->task, &lens);
+    long long B = t->cfg.eval_batch < t->tcfg.eval_samples ? t->cfg.eval_batch : t->tcfg.eval_samples;
+    for (int i = 0; i < nl; i++) {
+        T = task_seq_len(t->task, lens[i]);
+        if (B * T > MODEL_MAX_TOKENS)
+            BAD("train key 'eval_batch': %lld sequences of eval length %lld = %lld tokens per batch, more than %d", B, T,
+                B * T, MODEL_MAX_TOKENS);
+    }
+    return IM_OK;
+}
+
 /* Everything shared by a fresh start and a resume (from resume_step; -1 = fresh), once the three
  * configs are final. In an MPI job every rank builds the same model; only rank 0 owns the output
  * folder and the log. */
@@ -99,6 +114,7 @@ static int setup(Trainer *t, int resume_step) {
         BAD("train key 'batch': %d is not divisible by the %d MPI processes (each process trains on batch / "
             "processes rows of every micro-batch; batch is the global batch)", t->cfg.batch, dist_size());
     if ((rc = task_create(&t->task, &t->tcfg))) return rc;
+    if ((rc = batch_sizes_validate(t))) return rc;
     if (t->mcfg.vocab_size != task_vocab(t->task))
         return err_set(IM_EMISMATCH, "vocabulary mismatch: task '%s' on %s has %d tokens but the model's vocab_size is %d",
                        t->tcfg.task, t->tcfg.group, task_vocab(t->task), t->mcfg.vocab_size);
