@@ -13,4 +13,11 @@
 CLI_COMMANDS(CLI_DECLARE)
 #undef CLI_DECLARE
 
+#include "../src/core/check.h"
+
+/* The hint after a failed checkpoint load (a NaN/inf weight is IM_ENUM: see --allow_nonfinite). */
+static inline const char *cli_load_hint(int rc) {
+    return rc == IM_ENUM ? "--allow_nonfinite loads it anyway, for inspection" : "is this a checkpoint written by `implicit`?";
+}
+
 #endif

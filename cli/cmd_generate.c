@@ -94,6 +94,7 @@ typedef struct {
     const char *prompt, *stop, *tokenizer, *json;
     long long max_tokens, top_k, seed, threads, echo;
     double temperature, top_p;
+    int allow_nonfinite;
 } GenArgs;
 
 static const OptSpec GEN_OPTS[] = {
@@ -108,6 +109,7 @@ static const OptSpec GEN_OPTS[] = {
     OPT(GenArgs, echo, 0, 1, "0|1", "print the prompt before the continuation"),
     OPT(GenArgs, threads, 1, 4096, "N", "OpenMP / BLAS threads (one token at a time is many small kernel calls)"),
     OPT(GenArgs, json, 0, 0, "OUT", "write a summary (text, token counts, tokens/s, iterations, memory)"),
+    OPT(GenArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
 };
 static const OptKeys GEN_KEYS[] = {{&model_keytab, NULL, 0}};
 const CmdSpec generate_cmd = {
@@ -152,8 +154,8 @@ int cmd_generate(int argc, char **argv) {
     go.stop = a.stop && *a.stop ? a.stop : NULL;
     int echo = (int)a.echo;
     Model m;
-    if (gen_load_model(&m, ckpt, kv))
-        return fail("is this a checkpoint written by `implicit`?");
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
+    if (rc_load) return fail(cli_load_hint(rc_load));
     Tokenizer *tok;
     if (gen_load_tokenizer(&tok, ckpt, tok_spec_arg, &m)) {
         model_free(&m);

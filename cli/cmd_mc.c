@@ -22,6 +22,7 @@ static int fail(const char *hint) {
 typedef struct {
     long long limit, threads;
     const char *json, *tokenizer, *delimiter;
+    int allow_nonfinite;
 } McArgs;
 
 static const OptSpec MC_OPTS[] = {
@@ -30,6 +31,7 @@ static const OptSpec MC_OPTS[] = {
     OPT(McArgs, tokenizer, 0, 0, "SPEC", "byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)"),
     OPT(McArgs, delimiter, 0, 0, "STR", "inserted between context and choice (' ' for choices without a leading space)"),
     OPT(McArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
+    OPT(McArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
 };
 static const OptKeys MC_KEYS[] = {{&model_keytab, NULL, 0}};
 const CmdSpec mc_cmd = {
@@ -70,9 +72,10 @@ int cmd_mc(int argc, char **argv) {
     if (mc_load(&task, task_path, limit))
         return fail("one JSON object per line: {\"context\": ..., \"choices\": [...], \"gold\": N}");
     Model m;
-    if (gen_load_model(&m, ckpt, kv)) {
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
+    if (rc_load) {
         mc_free(&task);
-        return fail("is this a checkpoint written by `implicit`?");
+        return fail(cli_load_hint(rc_load));
     }
     Tokenizer *tok;
     if (gen_load_tokenizer(&tok, ckpt, tok_arg, &m)) {

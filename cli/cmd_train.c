@@ -203,6 +203,7 @@ static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, in
 typedef struct {
     long long samples, batch, threads, sradius, pos_buckets, pos_width;
     const char *json, *csv, *mode, *max_iters;
+    int allow_nonfinite;
 } EvalArgs;
 
 static const OptSpec EVAL_OPTS[] = {
@@ -216,6 +217,7 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, sradius, 0, 1e6, "N", "spectral radius of df/dz at z* by N power iterations (0 = off)"),
     OPT(EvalArgs, pos_buckets, 1, 1 << 20, "N", "language models: loss by position in windows of N x W tokens"),
     OPT(EvalArgs, pos_width, 1, 1 << 20, "W", "width of a position bucket (default: the training context)"),
+    OPT(EvalArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
 };
 /* evaluation-time model keys: iteration caps, tolerances, sequential solver options, noise */
 static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
@@ -241,9 +243,10 @@ const CmdSpec eval_cmd = {
     EVAL_OPTS, (int)(sizeof EVAL_OPTS / sizeof *EVAL_OPTS), EVAL_KEYS, 2, 1, 1};
 
 /* The checkpoint's model and task, with the task and model keys of the command line applied. */
-static int eval_load(Model *m, TaskCfg *tc, const OptArgs *o) {
+static int eval_load(Model *m, TaskCfg *tc, const OptArgs *o, const CkptLoadOpts *lo) {
     const char *path = o->pos[0];
-    if (ckpt_load(m, path, NULL)) return fail("is this a checkpoint written by `implicit`?");
+    int rc_load = ckpt_load_opts(m, path, NULL, lo);
+    if (rc_load) return fail(cli_load_hint(rc_load));
     task_cfg_defaults(tc);
     char *stored = NULL;
     const KeyTab *tabs[] = {&task_keytab, &model_keytab};
@@ -285,7 +288,7 @@ int cmd_eval(int argc, char **argv) {
     if (!opts_get(&eval_cmd, &a, argc, argv, &o, &rc)) return rc;
     Model m;
     TaskCfg tc;
-    rc = eval_load(&m, &tc, &o);
+    rc = eval_load(&m, &tc, &o, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
     const char *ckpt = o.pos[0];   /* an argv string: outlives o */
     opts_free(&o);
     if (rc) return 1;

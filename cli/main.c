@@ -15,17 +15,26 @@ static int fail(const char *hint) {
     return 1;
 }
 
+typedef struct {
+    int allow_nonfinite;
+} InfoArgs;
+static const OptSpec INFO_OPTS[] = {
+    OPT(InfoArgs, allow_nonfinite, 0, 0, NULL, "accepted for symmetry: info always loads, and warns of NaN/inf weights"),
+};
 const CmdSpec info_cmd = {"info", "CKPT", "model type, sizes, parameter count and stored config of a checkpoint",
-                          NULL, NULL, 0, NULL, 0, 1, 1};
+                          NULL, INFO_OPTS, 1, NULL, 0, 1, 1};
 
 int cmd_info(int argc, char **argv) {
     OptArgs o;
     int rc;
-    if (!opts_get(&info_cmd, NULL, argc, argv, &o, &rc)) return rc;
+    InfoArgs a = {0};
+    if (!opts_get(&info_cmd, &a, argc, argv, &o, &rc)) return rc;
     const char *path = o.pos[0];
     opts_free(&o);
     Model m;
-    if (ckpt_load(&m, path, NULL)) return fail("is this a checkpoint written by `implicit`?");
+    const CkptLoadOpts inspect = {.allow_nonfinite = 1};
+    if (ckpt_load_opts(&m, path, NULL, &inspect)) return fail("is this a checkpoint written by `implicit`?");
+    if (ckpt_check_finite(&m, path)) fprintf(stderr, "warning: %s\n", err_msg());
     printf("checkpoint   %s\n", path);
     printf("model        %s\n", m.type->name);
     printf("parameters   %zu (%d tensors, %.2f MB fp32)\n", ptab_count(&m.tab), m.tab.n,

@@ -3,8 +3,10 @@
  * Byte-level safetensors corruption is covered by test_safetensors; here the files are valid
  * safetensors that do not fit the model (missing / extra / mis-shaped tensors, bad metadata).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/core/check.h"
@@ -241,7 +243,76 @@ static void tied_alias(void) {
     model_free(&m);
 }
 
-int main(void) {
+/* A NaN or inf weight is refused by default, naming the tensor and the flat index; the opt-out
+ * loads it as it is. */
+static void nonfinite(void) {
+    Model m, r;
+    char p[256];
+    path_of(p, sizeof p, "nan.safetensors");
+    TH_CHECK(make_model(&m, "lstm") == 0, "%s", err_msg());
+    const ParamInfo *t2 = &m.tab.p[2], *t3 = &m.tab.p[3];
+    m.params[t2->offset + 5] = NAN;
+    m.params[t3->offset] = -INFINITY;
+    TH_CHECK(ckpt_save(&m, p, NULL) == 0, "%s", err_msg());
+    char want[PARAM_NAME_LEN + 96];
+    snprintf(want, sizeof want, "tensor '%s' holds NaN at flat index 5 (2 non-finite weights in all)", t2->name);
+    int rc = ckpt_load(&r, p, NULL);
+    TH_CHECK(rc == IM_ENUM && strstr(err_msg(), want), "NaN weight: rc %d, %s", rc, err_msg());
+    if (!rc) model_free(&r);
+    CkptLoadOpts inspect = {.allow_nonfinite = 1};
+    rc = ckpt_load_opts(&r, p, NULL, &inspect);
+    TH_CHECK(rc == 0 && isnan(r.params[t2->offset + 5]) && isinf(r.params[t3->offset]), "allow_nonfinite: %s", err_msg());
+    TH_CHECK(rc || ckpt_check_finite(&r, p) == IM_ENUM, "check_finite on the loaded model");
+    if (!rc) model_free(&r);
+    model_free(&m);
+}
+
+/* The command line around it (the CLI beside this binary, as `make test` builds both): eval
+ * refuses the NaN checkpoint unless --allow_nonfinite, and info prints it with a warning. */
+static int run_cli(const char *bin, const char *args, char *err, size_t cap) {
+    char cmd[1024], errp[256];
+    path_of(errp, sizeof errp, "cli.err");
+    snprintf(cmd, sizeof cmd, "%s %s > /dev/null 2> %s", bin, args, errp);
+    int st = system(cmd);
+    err[0] = 0;
+    FILE *f = fopen(errp, "rb");
+    if (f) {
+        size_t n = fread(err, 1, cap - 1, f);
+        err[n] = 0;
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void cli_checks(const char *argv0) {
+    char bin[512], args[768], err[4096], nan_p[256], good_p[256];
+    const char *slash = strrchr(argv0, '/');
+    int n_dir = slash ? (int)(slash - argv0) : 1;
+    snprintf(bin, sizeof bin, "%.*s/implicit", n_dir < 400 ? n_dir : 400, slash ? argv0 : ".");
+    if (access(bin, X_OK)) { printf("skip: %s not built; the command-line checks need it\n", bin); return; }
+    path_of(nan_p, sizeof nan_p, "nan.safetensors");   /* from nonfinite() */
+    path_of(good_p, sizeof good_p, "good.safetensors");
+    Model m;
+    TH_CHECK(make_model(&m, "lstm") == 0 && ckpt_save(&m, good_p, NULL) == 0, "%s", err_msg());
+    model_free(&m);
+    const char *task = "--task copy --alphabet 16 --eval_lens 4 --eval_samples 2";   /* vocab 16 + 4 = 20 */
+    snprintf(args, sizeof args, "eval %s %s", nan_p, task);
+    int rc = run_cli(bin, args, err, sizeof err);
+    TH_CHECK(rc == 1 && strstr(err, "holds NaN") && strstr(err, "--allow_nonfinite"), "eval of a NaN checkpoint: exit %d, %s",
+             rc, err);
+    snprintf(args, sizeof args, "eval %s --allow_nonfinite %s", nan_p, task);
+    rc = run_cli(bin, args, err, sizeof err);
+    TH_CHECK(rc == 0, "eval --allow_nonfinite: exit %d, %s", rc, err);
+    snprintf(args, sizeof args, "info %s", nan_p);
+    rc = run_cli(bin, args, err, sizeof err);
+    TH_CHECK(rc == 0 && strstr(err, "warning:") && strstr(err, "holds NaN"), "info of a NaN checkpoint: exit %d, %s", rc, err);
+    snprintf(args, sizeof args, "eval %s %s", good_p, task);
+    rc = run_cli(bin, args, err, sizeof err);
+    TH_CHECK(rc == 0, "eval of a finite checkpoint: exit %d, %s", rc, err);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
     th_name = "test_ckpt";
     snprintf(dir, sizeof dir, "/tmp/implicit-test-ckpt-%d", (int)getpid());
     char cmd[128];
@@ -254,6 +325,8 @@ int main(void) {
     overwrite();
     weight_norm_conversion();
     tied_alias();
+    nonfinite();
+    cli_checks(argv[0]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TH_CHECK(system(cmd) == 0, "cleanup");
     return th_done();

@@ -188,7 +188,35 @@ static int load_tensors(Model *m, const StFile *f, const char *path, int is_ref)
     return IM_OK;
 }
 
-int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) {
+static size_t find_nonfinite(const Model *m, int *tensor, size_t *index) {
+    size_t count = 0;
+    *tensor = -1;
+    *index = 0;
+    for (int i = 0; i < m->tab.n; i++) {
+        const ParamInfo *p = &m->tab.p[i];
+        const float *x = m->params + p->offset;
+        for (size_t j = 0; j < p->numel; j++) {
+            if (isfinite(x[j])) continue;
+            if (!count++) *tensor = i, *index = j;
+        }
+    }
+    return count;
+}
+
+int ckpt_check_finite(const Model *m, const char *path) {
+    int tensor;
+    size_t index, count = find_nonfinite(m, &tensor, &index);
+    if (!count) return IM_OK;
+    const ParamInfo *p = &m->tab.p[tensor];
+    float v = m->params[p->offset + index];
+    return err_set(IM_ENUM, "%s: tensor '%s' holds %s at flat index %zu (%zu non-finite weight%s in all): the run "
+                   "that wrote it diverged, or the file is damaged",
+                   path, p->name, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", index, count, count == 1 ? "" : "s");
+}
+
+int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) { return ckpt_load_opts(m, path, cfg, NULL); }
+
+int ckpt_load_opts(Model *m, const char *path, const ModelCfg *cfg, const CkptLoadOpts *o) {
     memset(m, 0, sizeof *m);
     StFile f;
     int rc = st_read(&f, path), is_ref = 0;
@@ -197,7 +225,8 @@ int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) {
     if (!(rc = check_header(&f, path, &is_ref)) && !(rc = config_of(&f, path, cfg, &c))) {
         rc = model_create(m, &c);
         if (rc) rc = err_wrap(rc, "%s", path);
-        else if ((rc = load_tensors(m, &f, path, is_ref))) model_free(m);
+        else if ((rc = load_tensors(m, &f, path, is_ref)) || (!(o && o->allow_nonfinite) && (rc = ckpt_check_finite(m, path))))
+            model_free(m);
     }
     st_free(&f);
     return rc;

@@ -274,15 +274,15 @@ int gen_run(Model *m, const Tokenizer *tok, Sampler *s, const int *prompt, int n
     return rc;
 }
 
-int gen_load_model(Model *m, const char *path, const char *const *kv) {
-    int rc = ckpt_load(m, path, NULL);
+int gen_load_model(Model *m, const char *path, const char *const *kv, const CkptLoadOpts *o) {
+    int rc = ckpt_load_opts(m, path, NULL, o);
     if (rc || !kv || !kv[0]) return rc;
     ModelCfg c = m->cfg;
     model_free(m);
     for (int i = 0; kv[i] && kv[i + 1]; i += 2)
         if ((rc = cfg_set(&c, kv[i], kv[i + 1]))) return rc;
     if ((rc = cfg_validate(&c))) return rc;
-    return ckpt_load(m, path, &c);
+    return ckpt_load_opts(m, path, &c, o);
 }
 
 /* ---- the checkpoint's tokenizer -------------------------------------------------------------- */

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "../core/rng.h"
-#include "../models/model.h"
+#include "../models/ckpt.h"
 #include "../tok/tokenizer.h"
 
 typedef struct {
@@ -84,7 +84,7 @@ int gen_run(Model *m, const Tokenizer *tok, Sampler *s, const int *prompt, int n
 /* ckpt_load with model-config overrides kv = {"key", "value", ..., NULL} (NULL = none) applied
  * before the model is built: evaluation-time keys such as max_seq_len (the KV-cache capacity),
  * eval_f_max_iter or seq_solver. IM_EINVAL naming a bad key. */
-int gen_load_model(Model *m, const char *path, const char *const *kv);
+int gen_load_model(Model *m, const char *path, const char *const *kv, const CkptLoadOpts *o);
 
 /* The tokenizer of a checkpoint: `override` if non-NULL, else the "tokenizer" key of the task
  * config stored in the checkpoint's metadata (LM runs), else "byte". IM_EMISMATCH when the

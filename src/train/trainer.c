@@ -291,6 +291,7 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
     if (!rc) rc = meta_u64(&f, "best_step", &bs, path);
     if (!rc) rc = meta_u64(&f, "skipped", &sk, path);
     if (!rc) rc = load_block(&f, path, "param.", &t->model.tab, t->model.params);
+    if (!rc) rc = ckpt_check_finite(&t->model, path);
     if (!rc) rc = load_block(&f, path, "adam.m.", &t->model.tab, t->opt.m);
     if (!rc) rc = load_block(&f, path, "adam.v.", &t->model.tab, t->opt.v);
     if (!rc) {
