@@ -80,7 +80,10 @@ static int cmd_train_tok(int argc, char **argv) {
     free(texts);
     free(lens);
     opts_free(&cl);
-    if (rc) return fail(rc == IM_EIO ? "are the files there and the output folder writable?" : NULL);
+    if (rc)
+        return fail(rc == IM_EIO      ? "are the files there and the output folder writable?"
+                    : rc == IM_EINVAL ? "train on more text: a merge needs a pair of tokens that occurs at least twice"
+                                      : NULL);
     printf("wrote %s: %d merges, vocab %d, pretokenize %s, eos %d\n", out, st.merges, st.vocab, tok_pretok_name(o.pretok),
            o.eos ? st.vocab - 1 : -1);
     printf("text: %zu bytes, %zu chunks (%zu distinct) -> %zu tokens, %.3f bytes/token; trained in %.2f s\n", st.bytes,

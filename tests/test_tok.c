@@ -204,6 +204,18 @@ static void test_train_textbook(void) {
     TokTrainStats st;
     TH_CHECK(tok_train_bpe(two, lens, 2, &o, path, &st) == IM_OK && st.merges == 1 && st.tokens == 2, "two texts: %d merges",
              st.merges);
+    /* nothing to learn from: an empty text, or one without a pair that occurs twice, is an error and
+     * writes no file (a merge-less .bpe would pass for a trained tokenizer) */
+    snprintf(path, sizeof path, "%s/nothing.bpe", dir);
+    const char *empty = "", *once = "abc";
+    size_t zero = 0, three = 3;
+    int rc = tok_train_bpe(&empty, &zero, 1, &o, path, &st);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "empty"), "empty text: rc %d, %s", rc, err_msg());
+    rc = tok_train_bpe(&once, &three, 1, &o, path, &st);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "nothing to merge"), "no repeated pair: rc %d, %s", rc, err_msg());
+    FILE *f = fopen(path, "rb");
+    TH_CHECK(!f, "a tokenizer file was written for a text with nothing to learn");
+    if (f) fclose(f);
 }
 
 /* Naive GPT-2 bpe(): repeatedly merge every occurrence of the lowest-ranked pair, left to right. */

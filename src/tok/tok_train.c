@@ -339,6 +339,9 @@ int tok_train_bpe(const char *const *texts, const size_t *lens, int n_texts, con
         return err_set(IM_EINVAL, "tokenizer train: unknown pre-tokenisation mode %d", o.pretok);
     size_t bytes = 0, chunks = 0;
     for (int k = 0; k < n_texts; k++) bytes += lens[k];
+    if (bytes == 0)
+        return err_set(IM_EINVAL, "tokenizer train: the text is empty (0 bytes in %d file%s): there is nothing to learn "
+                       "merges from", n_texts, n_texts == 1 ? "" : "s");
     /* positions and weights are ints */
     if (bytes >= (size_t)INT_MAX / 2)
         return err_set(IM_EINVAL, "tokenizer train: %zu bytes of text is more than this trainer handles (1 GiB)", bytes);
@@ -368,6 +371,13 @@ int tok_train_bpe(const char *const *texts, const size_t *lens, int n_texts, con
     }
     double secs = timer_now() - t0;
     trainer_free(&T);
+    if (want > 0 && n_merges == 0) {   /* a merge-less .bpe would just be the byte tokenizer under another name */
+        free(ws.words);
+        free(ws.slots);
+        free(merges);
+        return err_set(IM_EINVAL, "tokenizer train: no pair of tokens occurs twice in the %zu bytes of text, so there "
+                       "is nothing to merge (the byte tokenizer, spec 'byte', is what this text supports)", bytes);
+    }
     if (st) {
         *st = (TokTrainStats){.merges = n_merges, .vocab = 256 + n_merges + (o.eos ? 1 : 0), .bytes = bytes,
                               .chunks = chunks, .unique = (size_t)ws.n, .tokens = tokens, .seconds = secs};

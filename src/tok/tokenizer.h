@@ -67,8 +67,9 @@ typedef struct {
  * from one text to the next) and write them to out_path (a .bpe file, docs/formats.md), atomically.
  * Each step merges the most frequent adjacent pair (ties: the smallest (left id, right id)), over
  * all occurrences left to right; training stops early when no pair occurs at least twice. The
- * output is a pure function of the texts and opts. st may be NULL. IM_EINVAL for bad opts,
- * IM_EIO for the file. */
+ * output is a pure function of the texts and opts. st may be NULL. IM_EINVAL for bad opts, for an
+ * empty text and for a text without a single pair to merge (nothing is written then), IM_EIO for
+ * the file. */
 int tok_train_bpe(const char *const *texts, const size_t *lens, int n_texts, const TokTrainOpts *opts,
                   const char *out_path, TokTrainStats *st);
 
