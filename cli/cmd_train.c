@@ -75,8 +75,11 @@ static void summary(const Trainer *t, double seconds) {
     task_describe(t->task, desc, sizeof desc);
     printf("\n%s on %s: %d steps in %.1f s, %zu parameters\n", t->mcfg.model, desc, t->step, seconds,
            ptab_count(&t->model.tab));
-    printf("final training loss %.4f; best mean %s %.4f at step %d%s\n", t->losses[t->step - 1], t->cfg.best_metric,
-           t->best, t->best_step, t->skipped ? " (some steps skipped)" : "");
+    if (isfinite(t->last_loss)) printf("final training loss %.4f (step %d)", t->last_loss, t->last_loss_step);
+    else printf("no training step applied since the start or resume");
+    printf("; best mean %s %.4f at step %d", t->cfg.best_metric, t->best, t->best_step);
+    if (t->skipped) printf("; %d of %d steps skipped", t->skipped, t->step);
+    printf("\n");
     eval_print_table(t->last_eval, t->n_last_eval, stdout);
     const int *lens;
     const float *ps;
@@ -159,7 +162,8 @@ int cmd_train(int argc, char **argv) {
     if (train_setup(&t, &a, &o)) return 1;
     rc = trainer_run(&t, 0);
     if (rc) {
-        fail(rc == IM_ENUM ? "lower lr, raise clip, or use --on_nan skip" : NULL);
+        fail(rc == IM_ENUM ? "lower lr, raise clip, or use --on_nan skip (--diverge_factor 0 --diverge_grad_factor 0: no "
+                             "divergence check)" : NULL);
         trainer_free(&t);
         return 1;
     }

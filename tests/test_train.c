@@ -134,6 +134,113 @@ static void nan_stop(void) {
     trainer_free(&a);
 }
 
+/* The divergence rule on made-up curves: noise, short spikes and near-zero wobbles are healthy;
+ * a sustained rise of the loss or of the gradient norm is divergence after `steps` steps. */
+static void divergence_rule(void) {
+    DivergeCfg dc = {4, 100, 100, 20, 10};
+    Diverge d;
+    diverge_init(&d, &dc);
+    char why[256] = "";
+    Rng r;
+    rng_seed(&r, 5, 0);
+    int tripped = 0;
+    for (int i = 0; i < 3000; i++) {   /* 3 nats down to ~1e-6, +-50% noise, 9-step spikes of 30x */
+        double base = 3 * exp(-i / 200.0) + 1e-6, noise = 0.5 + rng_uniform(&r), spike = i % 500 < 9 && i > 100 ? 30 : 1;
+        tripped |= diverge_observe(&d, base * noise * spike, 5 * base * noise * spike, why, sizeof why) == DIVERGE_DIVERGED;
+    }
+    for (int i = 0; i < 50; i++)       /* solved: a loss of 1e-3 wobbling up to 0.9 (below 4 x the 0.25 floor) */
+        tripped |= diverge_observe(&d, i % 2 ? 0.9 : 1e-3, 0.5, why, sizeof why) == DIVERGE_DIVERGED;
+    TH_CHECK(!tripped, "a healthy curve tripped the divergence rule: %s", why);
+    int at = 0;
+    for (int i = 1; i <= 12 && !at; i++)
+        if (diverge_observe(&d, 50, 0.5, why, sizeof why) == DIVERGE_DIVERGED) at = i;
+    TH_CHECK(at == 10 && strstr(why, "the loss diverged: 50 > 4 x 0.25 (the floor"), "sustained loss: step %d, %s", at, why);
+    diverge_reset(&d);
+    at = 0;
+    for (int i = 1; i <= 45 && !at; i++)
+        if (diverge_observe(&d, 1, i <= 30 ? 2 : 1e4, why, sizeof why) == DIVERGE_DIVERGED) at = i;
+    TH_CHECK(at == 40 && strstr(why, "the gradient norm exploded: 1e+04 > 100 x 2 (the running median)"), "sustained norm: step %d, %s",
+             at, why);
+    diverge_free(&d);
+    dc.factor = dc.grad_factor = 0;    /* off */
+    diverge_init(&d, &dc);
+    for (int i = 0; i < 100; i++) tripped |= diverge_observe(&d, i < 30 ? 1 : 1e6, 1e6, why, sizeof why) == DIVERGE_DIVERGED;
+    TH_CHECK(!tripped, "the rule switched off still tripped");
+    diverge_free(&d);
+}
+
+/* A tiny LSTM at a constant lr of 50 from step 1: it diverges to a finite loss thousands of nats
+ * high within a few dozen steps (NaN only after ~60). */
+static void start_lr50(Trainer *a, const char *out, int steps, double factor, const char *on_nan) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    configs(&m, &t, &r, "lstm", out, steps);
+    cfg_set(&m, "dropout", "0");
+    r.lr = 50, r.warmup = 0, r.eval_every = r.ckpt_every = 0, r.diverge_factor = r.diverge_grad_factor = factor;
+    snprintf(r.schedule, sizeof r.schedule, "constant");
+    snprintf(r.on_nan, sizeof r.on_nan, "%s", on_nan);
+    TH_CHECK(trainer_init(a, &m, &t, &r) == 0, "%s", err_msg());
+}
+
+/* With the defaults that run stops (with the check off, nothing else would: it runs to the end);
+ * on_nan = skip goes on, keeps the last applied loss, and marks skipped steps NaN. */
+static void divergence_run(void) {
+    Trainer a;
+    start_lr50(&a, "div", 50, 4, "stop");
+    int rc = trainer_run(&a, 0);
+    TH_CHECK(rc == IM_ENUM && (strstr(err_msg(), "the loss diverged") || strstr(err_msg(), "the gradient norm exploded")),
+             "lr 50: rc %d, %s", rc, rc ? err_msg() : "ran to the end");
+    TH_CHECK(a.step < 40, "divergence stopped the run only at step %d", a.step);
+    trainer_free(&a);
+    start_lr50(&a, "div_off", 50, 0, "stop");
+    rc = trainer_run(&a, 0);
+    TH_CHECK(rc == 0 && a.last_loss > 20 * a.losses[0], "check off: rc %d, loss %g -> %g", rc, a.losses[0], a.last_loss);
+    trainer_free(&a);
+    start_lr50(&a, "div_skip", 60, 4, "skip");
+    rc = trainer_run(&a, 0);
+    int nan_marks = 0;
+    for (int i = 0; i < a.step; i++) nan_marks += isnan(a.losses[i]);
+    TH_CHECK(rc == 0 && a.step == 60 && a.skipped > 0 && nan_marks == a.skipped, "skip: rc %d, %d skipped, %d marked",
+             rc, a.skipped, nan_marks);
+    TH_CHECK(isfinite(a.last_loss) && a.last_loss == a.losses[a.last_loss_step - 1], "last applied loss %g at step %d",
+             a.last_loss, a.last_loss_step);
+    trainer_free(&a);
+}
+
+/* A healthy run long enough for the check to be active (to a solved task, loss near 0) never
+ * trips it. */
+static void divergence_quiet(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a;
+    configs(&m, &t, &r, "mamba2", "quiet", 300);
+    r.eval_every = r.ckpt_every = 0;
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s", err_msg());
+    int rc = trainer_run(&a, 0);
+    TH_CHECK(rc == 0 && a.skipped == 0, "healthy run: rc %d, %s", rc, rc ? err_msg() : "");
+    printf("  healthy mamba2 S3: loss %.3g -> %.3g in 300 steps\n", a.losses[0], a.last_loss);
+    trainer_free(&a);
+}
+
+/* best.safetensors holds only finite weights with a finite, strictly better score: a NaN model
+ * scores 0%% sequence accuracy, which used to become "the best so far" at the first evaluation. */
+static void best_needs_finite(void) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg r;
+    Trainer a;
+    configs(&m, &t, &r, "lstm", "best", 10);
+    TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s", err_msg());
+    a.model.params[0] = NAN;
+    TH_CHECK(trainer_eval(&a) == 0, "%s", err_msg());
+    char p[512];
+    snprintf(p, sizeof p, "%s/best.safetensors", r.out);
+    TH_CHECK(isnan(a.best) && access(p, F_OK) != 0, "a NaN model became best.safetensors (score %g)", a.best);
+    trainer_free(&a);
+}
+
 /* Kill a writer at random moments: the checkpoint on disk is always complete (old or new). */
 static void kill_during_write(void) {
     ModelCfg m;
@@ -349,6 +456,10 @@ int main(void) {
     bit_exact_resume("lstm");
     grad_accum();
     nan_stop();
+    divergence_rule();
+    divergence_run();
+    divergence_quiet();
+    best_needs_finite();
     kill_during_write();
     run_folder();
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -30,8 +30,13 @@
     X(STR, eval_mode, "simultaneous", "simultaneous | sequential | both (sequential + duality agreement)") \
     X(INT, ckpt_every, 500, "steps between checkpoints (0 = only at the end)")                         \
     X(STR, best_metric, "seq_acc", "metric that selects best.safetensors: seq_acc | tok_acc | last10_acc | loss") \
-    X(STR, on_nan, "stop", "stop | skip: what a NaN/inf loss or exploding gradient does")              \
+    X(STR, on_nan, "stop", "stop | skip: what a NaN/inf loss, an exploding gradient or divergence does")  \
     X(FLOAT, explode_norm, 1e6, "a gradient norm above this counts as exploding")                     \
+    X(FLOAT, diverge_factor, 4.0, "divergence: a loss above this x max(lowest running median, 0.25) (0 = off)")  \
+    X(FLOAT, diverge_grad_factor, 100.0, "divergence: a grad norm above this x max(running median, 1) (0 = off)") \
+    X(INT, diverge_window, 100, "divergence: recent healthy steps in the running medians")             \
+    X(INT, diverge_warmup, 20, "divergence: healthy steps before the check starts (again after resume or a curriculum switch)") \
+    X(INT, diverge_steps, 10, "divergence: consecutive steps above a threshold that stop the run (or are skipped)") \
     X(STR, progress, "auto", "auto | bar | plain | none")
 
 /* X(key, lo, hi): the range of every integer key, checked first (core/keytab.h). */
@@ -39,7 +44,7 @@
     X(steps, 1, 100000000) X(batch, 1, 65536) X(grad_accum, 1, 65536) X(warmup, 0, 1 << 30)            \
     X(decay_embeddings, 0, 1) X(seed, -2147483647, 2147483647) X(threads, 0, 4096)                     \
     X(log_every, 1, 1 << 30) X(eval_every, 0, 1 << 30) X(eval_batch, 1, 65536) X(ckpt_every, 0, 1 << 30) \
-    X(overwrite, 0, 1)
+    X(overwrite, 0, 1) X(diverge_window, 1, 100000) X(diverge_warmup, 0, 1 << 30) X(diverge_steps, 1, 100000)
 
 typedef struct {
     TRAIN_CFG_KEYS(KEY_FIELD)

@@ -54,6 +54,9 @@ int train_cfg_validate(const TrainCfg *c) {
     if (eval_mode_parse(c->eval_mode) < 0) BAD("train key 'eval_mode': unknown '%s' (simultaneous | sequential | both)", c->eval_mode);
     if (strcmp(c->on_nan, "stop") && strcmp(c->on_nan, "skip")) BAD("train key 'on_nan': unknown '%s' (stop | skip)", c->on_nan);
     if (!(c->explode_norm > 0)) BAD("train key 'explode_norm' must be > 0");
+    if (!(c->diverge_factor == 0 || c->diverge_factor > 1) || !(c->diverge_grad_factor == 0 || c->diverge_grad_factor > 1))
+        BAD("train keys 'diverge_factor', 'diverge_grad_factor' must be > 1 (or 0 = off): the running median itself "
+            "is not divergence");
     if (strcmp(c->progress, "auto") && strcmp(c->progress, "bar") && strcmp(c->progress, "plain") && strcmp(c->progress, "none"))
         BAD("train key 'progress': unknown '%s' (auto | bar | plain | none)", c->progress);
     return IM_OK;
@@ -127,6 +130,10 @@ static int setup(Trainer *t, int resume_step) {
     if ((rc = adamw_init(&t->opt, &t->model, &oc))) return rc;
     if (t->cfg.threads > 0) k_set_threads(t->cfg.threads);
     t->losses = xcalloc((size_t)t->cfg.steps, sizeof(double));
+    t->last_loss = NAN;
+    DivergeCfg dc = {t->cfg.diverge_factor, t->cfg.diverge_grad_factor, t->cfg.diverge_window, t->cfg.diverge_warmup,
+                     t->cfg.diverge_steps};
+    diverge_init(&t->diverge, &dc);
     int overwrite = t->cfg.overwrite;
     t->cfg.overwrite = 0;   /* an action at the start, not part of the run's recorded config */
     if (dist_rank() != 0) return IM_OK;
@@ -374,7 +381,10 @@ static int eval_all(Trainer *t, Progress *pg) {
     /* best = mean of the metric over all eval lengths and p values */
     double score = sum / t->n_last_eval;
     t->last_score = score;
-    if (isnan(t->best) || (hib ? score > t->best : score < t->best)) {
+    /* only a finite, strictly better score of finite weights replaces best.safetensors: a NaN
+     * model scores a finite 0% accuracy, and its NaN loss compares false with everything */
+    int better = isfinite(score) && (isnan(t->best) || (hib ? score > t->best : score < t->best));
+    if (better && ckpt_check_finite(&t->model, "the weights") == IM_OK) {
         t->best = score;
         t->best_step = t->step;
         return save_model(t, "best.safetensors");
@@ -525,9 +535,22 @@ int trainer_run(Trainer *t, int stop_at) {
         if (rc) break;
         float lr = sched_lr(kind, t->step, t->cfg.steps, t->cfg.warmup, (float)t->cfg.lr, (float)t->cfg.min_lr);
         double gnorm = optim_grad_norm(&t->model);
-        if (!isfinite(loss) || !isfinite(gnorm) || gnorm > t->cfg.explode_norm) {
-            snprintf(msg, sizeof msg, "step %d: %s (loss %g, grad norm %g)", t->step + 1,
-                     !isfinite(loss) ? "the loss is not finite" : "the gradient exploded", loss, gnorm);
+        if (t->model.fp_phase && (!t->phase || strcmp(t->phase, t->model.fp_phase))) {
+            if (t->phase) {
+                snprintf(msg, sizeof msg, "step %d: curriculum switches from %s to %s", t->step + 1, t->phase, t->model.fp_phase);
+                progress_note(&pg, msg);
+                diverge_reset(&t->diverge);   /* the new phase's losses are not comparable with the old */
+            }
+            t->phase = t->model.fp_phase;
+        }
+        char why[256];
+        const char *bad = !isfinite(loss)                 ? "the loss is not finite"
+                          : !isfinite(gnorm)              ? "the gradient norm is not finite"
+                          : gnorm > t->cfg.explode_norm   ? "the gradient exploded (norm above explode_norm)"
+                          : diverge_observe(&t->diverge, loss, gnorm, why, sizeof why) == DIVERGE_DIVERGED ? why
+                                                                                                          : NULL;
+        if (bad) {
+            snprintf(msg, sizeof msg, "step %d: %s (loss %g, grad norm %g)", t->step + 1, bad, loss, gnorm);
             if (!strcmp(t->cfg.on_nan, "stop")) {
                 if (t->saved_step >= 0)
                     rc = err_set(IM_ENUM, "%s; stopped. The last good checkpoint is %s/model.safetensors (step %d)",
@@ -537,20 +560,16 @@ int trainer_run(Trainer *t, int stop_at) {
                 break;
             }
             progress_note(&pg, msg);
+            t->losses[t->step] = NAN;
             t->skipped++;
             t->step++;
             continue;
         }
-        if (t->model.fp_phase && (!t->phase || strcmp(t->phase, t->model.fp_phase))) {
-            if (t->phase) {
-                snprintf(msg, sizeof msg, "step %d: curriculum switches from %s to %s", t->step + 1, t->phase, t->model.fp_phase);
-                progress_note(&pg, msg);
-            }
-            t->phase = t->model.fp_phase;
-        }
         adamw_step(&t->opt, &t->model, lr);
         t->losses[t->step] = loss;
         t->step++;
+        t->last_loss = loss;
+        t->last_loss_step = t->step;
         tokens_since_log += (long)B * T * t->cfg.grad_accum;
         double acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
         progress_tick(&pg, t->step, loss, acc);
@@ -594,5 +613,6 @@ void trainer_free(Trainer *t) {
     model_free(&t->model);
     free(t->last_eval);
     free(t->losses);
+    diverge_free(&t->diverge);
     memset(t, 0, sizeof *t);
 }

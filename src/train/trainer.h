@@ -25,6 +25,7 @@
 
 #include "../data/task.h"
 #include "../models/model.h"
+#include "diverge.h"
 #include "evaluate.h"
 #include "optim.h"
 #include "train_cfg.h"
@@ -41,13 +42,16 @@ typedef struct {
     double last_score;    /* mean of cfg.best_metric over the latest evaluation */
     int best_step;
     int skipped;          /* steps skipped by on_nan = skip */
+    double last_loss;     /* training loss of the latest applied step (NAN: none since start / resume) */
+    int last_loss_step;   /* its step number (1-based) */
+    Diverge diverge;      /* running medians of loss and gradient norm (not saved: resume warms up again) */
     int saved_step;       /* step of the latest model.safetensors (-1: none written yet) */
     const char *phase;    /* implicit models: the current curriculum phase (logged when it changes) */
     FILE *log;            /* log.jsonl */
     FILE *lock;           /* cfg.out/.lock, held for the whole run (rank 0; NULL elsewhere) */
     EvalRow *last_eval;   /* results of the latest evaluation */
     int n_last_eval;
-    double *losses;       /* (cfg.steps) training loss per step, for tests and summaries */
+    double *losses;       /* (cfg.steps) training loss per step (NAN: skipped), for tests and summaries */
 } Trainer;
 
 /* Fresh run: validate everything, create and claim cfg.out, write config.json, init the model. */
