@@ -115,9 +115,9 @@ int keytab_check_bounds(const KeyTab *t, const void *obj) {
         const char *f = (const char *)obj + k->offset;
         double v = k->type == KEY_INT ? (double)*(const int *)f : *(const double *)f;
         if (v >= b->lo && v <= b->hi) continue;   /* also rejects a NaN */
-        char range[64], got[KEY_STR_LEN + 32];
+        char range[64], got[64];
         range_str(b, k->type, range, sizeof range);
-        keytab_value(k, obj, got, sizeof got);
+        snprintf(got, sizeof got, k->type == KEY_INT ? "%.0f" : "%g", v);
         return err_set(IM_EINVAL, "%s key '%s' must be in %s (got %s)", t->section, k->name, range, got);
     }
     return IM_OK;

@@ -101,8 +101,8 @@ static int batch_sizes_validate(const Trainer *t) {
     for (int i = 0; i < nl; i++) {
         T = task_seq_len(t->task, lens[i]);
         if (B * T > MODEL_MAX_TOKENS)
-            BAD("train key 'eval_batch': %lld sequences of eval length %lld = %lld tokens per batch, more than %d", B, T,
-                B * T, MODEL_MAX_TOKENS);
+            BAD("train key 'eval_batch': batches of %lld sequences (eval_batch or eval_samples, the smaller) of eval "
+                "length %lld = %lld tokens, more than %d", B, T, B * T, MODEL_MAX_TOKENS);
     }
     return IM_OK;
 }
