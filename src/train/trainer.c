@@ -546,7 +546,7 @@ int trainer_run(Trainer *t, int stop_at) {
         char why[256];
         const char *bad = !isfinite(loss)                 ? "the loss is not finite"
                           : !isfinite(gnorm)              ? "the gradient norm is not finite"
-                          : gnorm > t->cfg.explode_norm   ? "the gradient exploded (norm above explode_norm)"
+                          : gnorm > t->cfg.explode_norm   ? "the gradient exploded: its norm is above explode_norm"
                           : diverge_observe(&t->diverge, loss, gnorm, why, sizeof why) == DIVERGE_DIVERGED ? why
                                                                                                           : NULL;
         if (bad) {
