@@ -1,8 +1,9 @@
 /* cpu/gemm.h: internal to src/kernels, tests and benches (not part of the model-facing
  * contract in kernels.h).
  *
- * k_gemm dispatches to OpenBLAS when built with it and single-threaded; the built-in cache-blocked
- * GEMM stays reachable here so the parity test and the bench can exercise it in every build.
+ * k_gemm dispatches to the small-M path, OpenBLAS or the built-in cache-blocked GEMM (see use_blas
+ * in cpu/gemm.c); each stays reachable here so the parity tests and the benches can exercise it in
+ * every build.
  */
 #ifndef IMPLICIT_KERNELS_CPU_GEMM_H
 #define IMPLICIT_KERNELS_CPU_GEMM_H
@@ -12,8 +13,13 @@
 void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Which GEMM k_gemm runs at the current thread count: "openblas" (BLAS build, one thread) or
- * "builtin" (k_gemm_blocked: no BLAS, or more than one thread; see cpu/gemm.c). For banners. */
+/* Same contract as k_gemm, for few rows (any M works; k_gemm routes M <= GEMM_SMALL_M here):
+ * streams op(B) once in place, no packing (cpu/gemm_small.c). Bit-identical at any thread count. */
+void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Which GEMM k_gemm runs for large products at the current thread count: "openblas" (BLAS build,
+ * one thread) or "builtin" (k_gemm_blocked: no BLAS, or more than one thread). For banners. */
 const char *k_gemm_backend(void);
 
 #endif

@@ -24,6 +24,7 @@
 /* One slot per call site that needs scratch; two buffers needed at once need two slots. */
 typedef enum {
     KS_GEMM,                                /* blocked GEMM packing buffers */
+    KS_GEMM_SMALL,                          /* small-M GEMM: op(A) rows or a padded column block */
     KS_SSD_WS, KS_SSD_ST, KS_SSD_PART,      /* SSD: per-thread chunk workspaces, chunk states, dA/dD partials */
     KS_SSD_STEP,                            /* SSD step: one state row per thread */
     KS_ATTN_WS, KS_ATTN_STEP, KS_ROPE,      /* attention workspaces, step scores, RoPE table */
