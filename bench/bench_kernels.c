@@ -94,6 +94,7 @@ static void bench_gemm(Rng *r) {
             double tb = best_time(run_builtin, &g);
             char ob[32] = "n/a";
 #ifdef IM_OPENBLAS
+            openblas_set_num_threads(nt); /* k_set_threads keeps OpenBLAS on one thread */
             double to = best_time(run_openblas, &g);
             snprintf(ob, sizeof ob, "%7.1f (%3.0f%%)", w.flops / to / 1e9, roofline_pct(w, to, nt));
 #endif

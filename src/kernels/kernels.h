@@ -37,7 +37,8 @@
     X(adamw) X(sumsq) X(axpby)
 
 /* ---- threads -------------------------------------------------------------------------------- */
-/* Set the number of threads used by OpenMP kernels and by OpenBLAS (no-op without them). */
+/* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
+ * in, is only called for products too small to split and always runs on one thread (cpu/gemm.c). */
 void k_set_threads(int n);
 int k_get_threads(void);
 /* "none"/"openblas" and "omp"/"serial": what this build uses, for banners and bench tables. */

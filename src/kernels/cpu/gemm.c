@@ -1,23 +1,21 @@
 /* cpu/gemm.c: fast single-precision GEMM and the Linear layer built on it (kernels.h "GEMM").
  *
- * k_gemm calls cblas_sgemm when built with OpenBLAS (-DIM_OPENBLAS) and running on one thread,
- * and otherwise the built-in k_gemm_blocked below (see use_blas), a GotoBLAS/BLIS-style blocked
- * GEMM written in plain C:
+ * k_gemm routes each product (see use_blas below): few rows to k_gemm_small (gemm_small.c), the
+ * rest to cblas_sgemm (OpenBLAS builds, products run on one thread) or to the built-in
+ * k_gemm_blocked below, a GotoBLAS/BLIS-style blocked GEMM:
  *   for each NC-wide column block of C, for each KC-deep slice of K:
- *     pack op(B)[slice, block] into NR-wide panels (shared by all threads),
+ *     pack op(B)[slice, block] into NR-wide panels (each thread its own),
  *     for each MC-tall row block (in parallel): pack op(A) into MR-tall panels, then run an
  *     MR x NR register-blocked micro-kernel over every (MR, NR) tile of the block.
- * The micro-kernel is an outer-product loop on a local accumulator array that gcc -O3
- * -march=native turns into broadcast-FMA code (AVX-512: 12 x 32 tile in 24 zmm registers;
- * otherwise 6 x 16 in 12 ymm). Packing zero-pads edge panels, so edge tiles run the very same
- * arithmetic as interior ones and only their write-back is masked.
- *
+ * The micro-kernel is written with intrinsics for the compiler's target (AVX-512: 12 x 32 tile in
+ * 24 zmm; AVX2 + FMA: 6 x 16 in 12 ymm; SSE2: 6 x 8 in 12 xmm), plain C elsewhere. Packing
+ * zero-pads edge panels, so edge tiles run the very same arithmetic as interior ones and only
+ * their write-back goes through a local copy.
  * Determinism: KC is a constant, every C element is accumulated by exactly one thread, in k
  * order within a slice and slice after slice, so results are bit-identical at any thread count
  * (threads only change which tiles a thread owns). Threads share nothing writable and never
  * wait for each other, which also keeps a busy, shared machine from stalling them at barriers.
- * Out of scope: complex types, strided C columns, GEMV-specific paths (M = 1 runs through the
- * same code, its columns split over threads).
+ * Out of scope: complex types, strided C columns, few-row products (gemm_small.c).
  */
 #include "../kernels.h"
 #include "gemm.h"
@@ -35,13 +33,52 @@
 #include <cblas.h>
 #endif
 
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+/* The register tile MR x NR of the micro-kernel, chosen from the compiler's target: MR rows of
+ * NR / VL vectors of VL floats each (VL = vector length in floats) are the accumulators, plus the
+ * NR / VL vectors of one row of B and one broadcast of A: 27 of 32 zmm with AVX-512, 15 of 16
+ * registers otherwise. */
 #if defined(__AVX512F__)
-#define MR 12 /* 12 x 32 accumulators = 24 zmm of 32: the best measured on Zen 4 */
+#define MR 12
 #define NR 32
-#else
-#define MR 6 /* 6 x 16 = 12 ymm of 16, the classic AVX2 shape */
+#define VL 16
+typedef __m512 Vec;
+#define V_LOAD _mm512_loadu_ps
+#define V_STORE _mm512_storeu_ps
+#define V_SET1 _mm512_set1_ps
+#define V_ZERO _mm512_setzero_ps
+#define V_MUL _mm512_mul_ps
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define MR 6 /* 6 x 16 = 12 ymm accumulators, the classic Haswell/Zen shape */
+#define NR 16
+#define VL 8
+typedef __m256 Vec;
+#define V_LOAD _mm256_loadu_ps
+#define V_STORE _mm256_storeu_ps
+#define V_SET1 _mm256_set1_ps
+#define V_ZERO _mm256_setzero_ps
+#define V_MUL _mm256_mul_ps
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#elif defined(__SSE2__) /* plain x86-64 (NATIVE=0): no FMA, multiply then add */
+#define MR 6
+#define NR 8
+#define VL 4
+typedef __m128 Vec;
+#define V_LOAD _mm_loadu_ps
+#define V_STORE _mm_storeu_ps
+#define V_SET1 _mm_set1_ps
+#define V_ZERO _mm_setzero_ps
+#define V_MUL _mm_mul_ps
+#define V_FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#else /* other architectures: the portable C micro-kernel below */
+#define MR 6
 #define NR 16
 #endif
+#define NV (NR / VL)
 #define KC 256       /* fixed: it sets the summation order, so it must not depend on threads */
 #define MC (MR * 12) /* A block MC x KC (~144 KiB) stays in L2 */
 #define NC 2048      /* B block KC x NC (2 MiB) stays in L3 */
@@ -93,9 +130,55 @@ static void pack_b_panel(float *restrict bp, const float *B, int ldb, int transB
     }
 }
 
+#ifdef VL
+/* C[0..MR, 0..NR] (row stride ldc) = alpha acc + beta C (first slice; beta = 0: C not read) or
+ * += alpha acc (later slices). */
+static inline void write_tile(Vec acc[MR][NV], float *C, int ldc, float alpha, float beta, int first) {
+    Vec va = V_SET1(alpha), vb = V_SET1(beta);
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < NV; v++) {
+            float *c = C + (size_t)i * ldc + v * VL;
+            if (!first) V_STORE(c, V_FMA(va, acc[i][v], V_LOAD(c)));
+            else if (beta == 0.0f) V_STORE(c, V_MUL(va, acc[i][v]));
+            else V_STORE(c, V_FMA(va, acc[i][v], V_MUL(vb, V_LOAD(c))));
+        }
+}
+
 /* The register-blocked kernel: acc = sum_k a[k, :] (x) b[k, :] over one packed MR-panel of A and
- * one NR-panel of B, then C[0..m, 0..n] = alpha acc + beta C (first slice) or += alpha acc.
- * The k loop is the outer-product form gcc vectorises along NR with broadcast loads of a. */
+ * one NR-panel of B (MR x NV vector accumulators, one broadcast of a[k, i] per row, NV loads of
+ * b per k), then C[0..m, 0..n] = alpha acc + beta C (first slice) or += alpha acc. An edge tile
+ * (m < MR or n < NR) goes through a local copy of C with the very same vector write-back, so
+ * every element sees the same arithmetic wherever it lies. */
+static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *C, int ldc,
+                         int m, int n, float alpha, float beta, int first) {
+    Vec acc[MR][NV];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < NV; v++) acc[i][v] = V_ZERO();
+#pragma GCC unroll 4
+    for (int k = 0; k < kc; k++) {
+        const float *bk = b + (size_t)k * NR, *ak = a + (size_t)k * MR;
+        Vec bv[NV];
+        for (int v = 0; v < NV; v++) bv[v] = V_LOAD(bk + v * VL);
+        for (int i = 0; i < MR; i++) {
+            Vec ai = V_SET1(ak[i]);
+            for (int v = 0; v < NV; v++) acc[i][v] = V_FMA(ai, bv[v], acc[i][v]);
+        }
+    }
+    if (m == MR && n == NR) {
+        write_tile(acc, C, ldc, alpha, beta, first);
+        return;
+    }
+    float tile[MR][NR];
+    int read = !first || beta != 0.0f;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) tile[i][j] = read ? C[(size_t)i * ldc + j] : 0.0f;
+    write_tile(acc, &tile[0][0], NR, alpha, beta, first);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) C[(size_t)i * ldc + j] = tile[i][j];
+}
+#else
+/* Portable kernel: an outer-product loop on a local accumulator array that the compiler may
+ * vectorise along NR with broadcast loads of a. */
 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *C, int ldc,
                          int m, int n, float alpha, float beta, int first) {
     float acc[MR][NR];
@@ -103,13 +186,11 @@ static void micro_kernel(int kc, const float *restrict a, const float *restrict 
         for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;
     for (int k = 0; k < kc; k++) {
         const float *bk = b + (size_t)k * NR, *ak = a + (size_t)k * MR;
-#pragma GCC unroll 16
         for (int i = 0; i < MR; i++) {
             float ai = ak[i];
             for (int j = 0; j < NR; j++) acc[i][j] += ai * bk[j];
         }
     }
-    /* one write-back expression per case, shared by full and edge tiles (bit-identity) */
     for (int i = 0; i < m; i++) {
         float *c = C + (size_t)i * ldc;
         if (!first)
@@ -120,6 +201,7 @@ static void micro_kernel(int kc, const float *restrict a, const float *restrict 
             for (int j = 0; j < n; j++) c[j] = alpha * acc[i][j] + beta * c[j];
     }
 }
+#endif
 
 /* C = beta C for K = 0 (no product to add). */
 static void scale_c(float *C, int ldc, int M, int N, float beta) {
@@ -201,25 +283,44 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
     }
 }
 
-/* With OpenBLAS, a single thread calls cblas_sgemm (5-15% faster than k_gemm_blocked on the
- * model's shapes), but with more than one thread the built-in GEMM runs on OpenMP's pool: OpenBLAS
- * (pthreads build) keeps its own pool, whose workers spin between calls on the very cores the
- * OpenMP workers need, and vice versa. Measured on the 2-core machine at 2 threads (bench_layers,
- * bench_train): 16-40% shorter steps with the one pool (llama, Mamba2 blocks, train_small), and
- * far steadier ones. Results stay bit-identical at any thread count >= 2. */
-static int use_blas(void) {
+/* Which code runs a product (k_gemm):
+ * - few rows (M <= small_m_max()): k_gemm_small (gemm_small.c), in every build. A packing GEMM
+ *   copies all of op(B) and then uses it M times; streaming it once is 2-8x faster at M <= 4.
+ *   Measured (Zen 4, one thread, GFLOP/s at K = N = 768, transB = 1 / 0; "packed" = OpenBLAS or
+ *   k_gemm_blocked, whichever is faster):
+ *     AVX-512: M = 1: 38 / 28 vs 39 / 33 (OpenBLAS streams M = 1 too), M = 4: 65 / 94 vs 31 / 40,
+ *              M = 8: 65 / 95 vs 48 / 58, M = 16: 66 / 95 vs 68 / 78 (blocked: 37 / 59)
+ *     AVX2:    M = 4: 55 / 80 vs 34 / 50, M = 8: 56 / 80 vs 52 / 68, M = 16: 57 / 80 vs 72 / 86
+ *              (blocked: 42 / 62), and M = 1 at K = N = 2048: 65 / 43 vs 12 / 16 GB/s of weight.
+ *   So the small path takes M <= 8 where OpenBLAS would run the rest and M <= 16 against the
+ *   built-in GEMM.
+ * - otherwise, with OpenBLAS, cblas_sgemm when the product is not worth a parallel region
+ *   (one thread, or fewer than PAR_MIN_MACS multiply-adds): 5-8% faster than k_gemm_blocked on
+ *   one core. OpenBLAS always runs on one thread (threads.c), so its own pool never spins against
+ *   OpenMP's.
+ * - otherwise k_gemm_blocked on OpenMP's threads.
+ * The choice depends on the shape and on "one thread or more", never on how many: results are
+ * bit-identical at any thread count >= 2 (and at any count in builds without OpenBLAS). */
+static int use_blas(int M, int N, int K) {
 #ifdef IM_OPENBLAS
-    return k_get_threads() == 1;
+    return k_get_threads() == 1 || (double)M * N * K < PAR_MIN_MACS;
 #else
+    (void)M, (void)N, (void)K;
     return 0;
 #endif
 }
 
-const char *k_gemm_backend(void) { return use_blas() ? "openblas" : "builtin"; }
+static int small_m_max(int M, int N, int K) { return use_blas(M, N, K) ? 8 : 16; }
+
+const char *k_gemm_backend(void) { return use_blas(1 << 12, 1 << 12, 1 << 12) ? "openblas" : "builtin"; }
 
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc) {
-    if (!use_blas()) {
+    if (M <= small_m_max(M, N, K)) {
+        k_gemm_small(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (!use_blas(M, N, K)) {
         k_gemm_blocked(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }

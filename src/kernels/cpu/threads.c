@@ -14,7 +14,9 @@ void k_set_threads(int n) {
     omp_set_num_threads(n);
 #endif
 #ifdef IM_OPENBLAS
-    openblas_set_num_threads(n);
+    /* OpenBLAS only ever gets products too small for a parallel region (cpu/gemm.c use_blas):
+     * on one thread, so that its pool never spins against OpenMP's. */
+    openblas_set_num_threads(1);
 #endif
 }
 
