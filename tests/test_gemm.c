@@ -1,0 +1,223 @@
+/* test_gemm.c: the fast GEMM paths of cpu/gemm.c and cpu/gemm_small.c against k_gemm_ref.
+ *
+ * 1. Parity: k_gemm_small (few rows, streaming), k_gemm_blocked (packed, register-tiled) and the
+ *    router k_gemm on shapes that are not multiples of any tile or vector (M = 1, 2, 3, 7, ...;
+ *    K and N across the vector width, the 8-row blocks, the 512-column blocks and KC = 256), all
+ *    four transpose combinations, padded strides, alpha/beta including beta = 0 with NaN in C, and
+ *    a sentinel in C's padding column. The tolerance is the forward error bound of a K-term dot
+ *    product, |c - c_ref| <= 2 K eps (|alpha| sum_k |a_ik||b_kj| + |beta c_ij|) + tiny, so that it
+ *    holds for any summation order, any FMA use and any ISA, not for one machine.
+ * 2. Determinism: outputs are bit-identical at 1, 2 and 3 threads (BLAS builds: k_gemm and the
+ *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS); every row of a
+ *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
+ *    forward route few rows to k_gemm_small (bitwise equal to calling it).
+ * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../src/kernels/cpu/gemm.h"
+#include "../src/kernels/kernels.h"
+#include "th.h"
+
+static Rng rng;
+
+typedef void (*GemmFn)(int, int, int, int, int, float, const float *, int, const float *, int, float,
+                       float *, int);
+
+/* One product's operands with padded strides: op(A) (M, K), op(B) (K, N), C (M, N) in ldc. */
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    float *A, *B, *C0; /* C0: C before the call */
+} Prod;
+
+static Prod prod_new(int ta, int tb, int M, int N, int K, int nan_c) {
+    Prod p = {ta, tb, M, N, K, (ta ? M : K) + 3, (tb ? K : N) + 2, N + 1, NULL, NULL, NULL};
+    size_t na = (size_t)(ta ? K : M) * p.lda, nb = (size_t)(tb ? N : K) * p.ldb, nc = (size_t)M * p.ldc;
+    p.A = th_alloc(na), p.B = th_alloc(nb), p.C0 = th_alloc(nc);
+    th_fill_normal(p.A, na, &rng, 1.0f);
+    th_fill_normal(p.B, nb, &rng, 1.0f);
+    th_fill_normal(p.C0, nc, &rng, 1.0f);
+    for (int i = 0; i < M; i++) {
+        if (nan_c)
+            for (int j = 0; j < N; j++) p.C0[(size_t)i * p.ldc + j] = NAN;
+        p.C0[(size_t)i * p.ldc + N] = 12345.0f; /* padding column: must stay untouched */
+    }
+    return p;
+}
+
+static void prod_free(Prod *p) { free(p->A), free(p->B), free(p->C0); }
+
+static float *prod_run(const Prod *p, GemmFn fn, float alpha, float beta) {
+    size_t nc = (size_t)p->M * p->ldc;
+    float *C = th_alloc(nc);
+    memcpy(C, p->C0, nc * sizeof(float));
+    fn(p->ta, p->tb, p->M, p->N, p->K, alpha, p->A, p->lda, p->B, p->ldb, beta, C, p->ldc);
+    return C;
+}
+
+static float op_at(const float *X, int ld, int trans, int r, int c) {
+    return trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+}
+
+/* fn against k_gemm_ref within the dot-product error bound (see the header). */
+static void check_case(const char *name, GemmFn fn, int ta, int tb, int M, int N, int K, float alpha,
+                       float beta) {
+    Prod p = prod_new(ta, tb, M, N, K, beta == 0.0f);
+    float *C = prod_run(&p, fn, alpha, beta), *R = prod_run(&p, k_gemm_ref, alpha, beta);
+    int ok = 1, pad_ok = 1;
+    double worst = 0;
+    for (int i = 0; i < M && ok; i++) {
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += fabs((double)op_at(p.A, p.lda, ta, i, k) * op_at(p.B, p.ldb, tb, k, j));
+            size_t at = (size_t)i * p.ldc + j;
+            double c0 = beta == 0.0f ? 0.0 : fabs((double)beta * p.C0[at]);
+            double bound = 2.0 * (K + 1) * FLT_EPSILON * (fabs(alpha) * s + c0) + 1e-30;
+            double err = fabs((double)C[at] - (double)R[at]);
+            if (!(err <= bound)) ok = 0; /* NaN fails too */
+            if (err / bound > worst) worst = err / bound;
+        }
+        pad_ok &= C[(size_t)i * p.ldc + N] == 12345.0f;
+    }
+    TH_CHECK(ok, "%s tA=%d tB=%d M=%d N=%d K=%d alpha=%g beta=%g: error above 2 K eps sum|a||b| (%.3g of it)",
+             name, ta, tb, M, N, K, alpha, beta, worst);
+    TH_CHECK(pad_ok, "%s tA=%d tB=%d M=%d N=%d K=%d: wrote outside the N columns of C", name, ta, tb, M, N, K);
+    free(C), free(R);
+    prod_free(&p);
+}
+
+static const float AB[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.7f, 0.5f}};
+
+static void test_parity(void) {
+    /* few rows: M across the kernels' 1/2/4-row blocks, N across the 8-row W blocks, the vector
+     * widths and the 512-column blocks, K across the vector width (tails) */
+    static const int small[][3] = {{1, 1, 1},   {1, 7, 5},    {2, 9, 16},  {3, 17, 33},  {4, 33, 15},
+                                   {5, 8, 64},  {7, 65, 300}, {8, 520, 17}, {9, 3, 40},  {16, 100, 77},
+                                   {1, 1030, 3}, {2, 5, 0},   {17, 31, 9}};
+    /* packed: across MR (6, 12), NR (8..32), KC = 256 and the 2048-column NC block */
+    static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31}, {12, 2050, 9}, {40, 3, 300}};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int a = 0; a < 3; a++) {
+                for (size_t s = 0; s < sizeof small / sizeof small[0]; s++) {
+                    const int *d = small[s];
+                    check_case("gemm_small", k_gemm_small, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm", k_gemm, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                }
+                for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
+                    const int *d = big[s];
+                    check_case("gemm_blocked", k_gemm_blocked, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm", k_gemm, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                }
+            }
+    /* M = 0 or N = 0: nothing is touched */
+    float c = 7.0f;
+    k_gemm_small(0, 0, 0, 1, 3, 1.0f, NULL, 3, NULL, 1, 0.0f, &c, 1);
+    k_gemm_small(0, 1, 1, 0, 3, 1.0f, NULL, 3, NULL, 3, 0.0f, &c, 1);
+    TH_CHECK(c == 7.0f, "gemm_small with M = 0 or N = 0 wrote C");
+}
+
+/* ---- determinism ----------------------------------------------------------------------------- */
+
+/* fn's output at `threads` threads (C starts from p.C0). */
+static float *at_threads(const Prod *p, GemmFn fn, int threads, float alpha, float beta) {
+    k_set_threads(threads);
+    float *C = prod_run(p, fn, alpha, beta);
+    k_set_threads(2);
+    return C;
+}
+
+/* Outputs at lo..3 threads must be bitwise equal. */
+static void same_at_threads(const char *name, GemmFn fn, int lo, int ta, int tb, int M, int N, int K) {
+    Prod p = prod_new(ta, tb, M, N, K, 0);
+    float *ref = at_threads(&p, fn, lo, 0.5f, 1.0f);
+    for (int t = lo + 1; t <= 3; t++) {
+        float *C = at_threads(&p, fn, t, 0.5f, 1.0f);
+        TH_CHECK(memcmp(C, ref, sizeof(float) * (size_t)M * p.ldc) == 0,
+                 "%s tA=%d tB=%d M=%d N=%d K=%d: %d and %d threads differ", name, ta, tb, M, N, K, lo, t);
+        free(C);
+    }
+    free(ref);
+    prod_free(&p);
+}
+
+static void test_threads(void) {
+#ifndef _OPENMP
+    printf("skip: thread bit-identity (serial build)\n");
+    return;
+#endif
+    /* one thread may be OpenBLAS for k_gemm in a BLAS build: compare 2 vs 3 there */
+    int lo_gemm = strcmp(k_blas_name(), "none") != 0 ? 2 : 1;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            /* large enough for the parallel paths: columns split over threads (small), row and
+             * column tiles (blocked), and the router on both sides of its thresholds */
+            same_at_threads("gemm_small", k_gemm_small, 1, ta, tb, 3, 2100, 300);
+            same_at_threads("gemm_small", k_gemm_small, 1, ta, tb, 1, 4099, 257);
+            same_at_threads("gemm_blocked", k_gemm_blocked, 1, ta, tb, 150, 130, 300);
+            same_at_threads("gemm_blocked", k_gemm_blocked, 1, ta, tb, 5, 1000, 400);
+            same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 12, 700, 300);
+            same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 200, 90, 310);
+        }
+}
+
+/* Each row of a small-M product is its own sums: equal to the row computed alone, whatever block
+ * of rows it fell in (generation at batch 1 and batch M agree bit for bit). */
+static void test_row_invariance(void) {
+    for (int tb = 0; tb < 2; tb++)
+        for (int M = 2; M <= 9; M++) {
+            int N = 37, K = 45;
+            Prod p = prod_new(0, tb, M, N, K, 0);
+            float *C = prod_run(&p, k_gemm_small, 1.0f, 0.0f);
+            int same = 1;
+            for (int i = 0; i < M; i++) {
+                float row[37];
+                k_gemm_small(0, tb, 1, N, K, 1.0f, p.A + (size_t)i * p.lda, p.lda, p.B, p.ldb, 0.0f, row, N);
+                same &= memcmp(row, C + (size_t)i * p.ldc, sizeof row) == 0;
+            }
+            TH_CHECK(same, "gemm_small tB=%d M=%d: a row differs from the same row computed alone", tb, M);
+            free(C);
+            prod_free(&p);
+        }
+}
+
+/* k_gemm and k_linear_fwd send few rows to k_gemm_small, at one thread and at two. */
+static void test_routing(void) {
+    for (int threads = 1; threads <= 2; threads++) {
+        k_set_threads(threads);
+        for (int M = 1; M <= 8; M++)
+            for (int tb = 0; tb < 2; tb++) {
+                Prod p = prod_new(0, tb, M, 300, 200, 0);
+                float *C = prod_run(&p, k_gemm, 1.0f, 0.0f), *S = prod_run(&p, k_gemm_small, 1.0f, 0.0f);
+                TH_CHECK(memcmp(C, S, sizeof(float) * (size_t)M * p.ldc) == 0,
+                         "gemm M=%d tB=%d at %d threads: not the small-M path", M, tb, threads);
+                free(C), free(S);
+                prod_free(&p);
+            }
+        int M = 1, C = 288, OC = 768;
+        float *x = th_alloc((size_t)M * C), *W = th_alloc((size_t)OC * C), *y = th_alloc(OC), *s = th_alloc(OC);
+        th_fill_normal(x, (size_t)M * C, &rng, 1.0f);
+        th_fill_normal(W, (size_t)OC * C, &rng, 1.0f);
+        k_linear_fwd(y, x, W, NULL, M, C, OC);
+        k_gemm_small(0, 1, M, OC, C, 1.0f, x, C, W, C, 0.0f, s, OC);
+        TH_CHECK(memcmp(y, s, sizeof(float) * OC) == 0, "linear_fwd M=1 at %d threads: not the small-M path", threads);
+        free(x), free(W), free(y), free(s);
+    }
+    k_set_threads(2);
+}
+
+int main(void) {
+    th_name = "test_gemm";
+    rng_seed(&rng, 4321, 3);
+    k_set_threads(2);
+    test_parity();
+    test_threads();
+    test_row_invariance();
+    test_routing();
+    k_set_threads(1);
+    return th_done();
+}
