@@ -6,7 +6,8 @@
  *    a Linear with M = 8192 rows, C = 256, OC = 1024 (fwd, dx, dW), at 1 and 2 threads, each as
  *    a fraction of the roofline for that many threads (work_gemm: 2 M N K FLOPs; A, B read and C
  *    written once; every case here is FLOP-bound, so this is the fraction of the FMA peak).
- * 3. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
+ * 3. GEMV-shaped products (M = 1, K = N = 288, 768, 2048): k_gemm and OpenBLAS in GB/s of weight.
+ * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
  * Usage: bench_kernels [--quick]
@@ -105,6 +106,39 @@ static void bench_gemm(Rng *r) {
     }
 }
 
+/* GEMV-shaped products (M = 1, K = N): k_gemm (its small-M path) vs OpenBLAS, in GB/s of weight
+ * read (4 K N bytes; x and y are noise next to it), y = x W^T (tB = 1) and y = x W (tB = 0). */
+static void run_kgemm(void *p) {
+    GemmCase *g = p;
+    k_gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->ta ? g->M : g->K, g->B, g->tb ? g->K : g->N,
+           0.0f, g->C, g->N);
+}
+
+static void bench_gemv(Rng *r) {
+    static const int sizes[] = {288, 768, 2048};
+    printf("\nGEMV M = 1 (GB/s of weight read; k_gemm = the small-M path)\n");
+    printf("  %-6s %-6s %-7s %-10s %-10s\n", "K=N", "tA tB", "threads", "k_gemm", "openblas");
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int tb = 1; tb >= 0; tb--) {
+            int n = sizes[s];
+            GemmCase g = {0, tb, 1, n, n, NULL, NULL, NULL};
+            float *A = randn((size_t)n, r), *B = randn((size_t)n * n, r), *C = calloc((size_t)n, sizeof(float));
+            g.A = A, g.B = B, g.C = C;
+            double bytes = 4.0 * n * n;
+            for (int nt = 1; nt <= 2; nt++) {
+                k_set_threads(nt);
+                double gk = bytes / best_time(run_kgemm, &g) / 1e9;
+                char ob[32] = "n/a";
+#ifdef IM_OPENBLAS
+                openblas_set_num_threads(nt);
+                snprintf(ob, sizeof ob, "%8.1f", bytes / best_time(run_openblas, &g) / 1e9);
+#endif
+                printf("  %-6d %d  %d   %-7d %8.1f   %s\n", n, 0, tb, nt, gk, ob);
+            }
+            free(A), free(B), free(C);
+        }
+}
+
 /* ---- bandwidth-bound kernels ----------------------------------------------------------------- */
 
 enum { BM = 8192, BC = 1024 }; /* rows x features: 32 MiB per activation tensor */
@@ -159,6 +193,7 @@ int main(int argc, char **argv) {
     printf("roofline (bench_util.h): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
            "%.1f / %.1f GB/s\n", one.gflops, two.gflops, one.gbs, two.gbs);
     bench_gemm(&r);
+    bench_gemv(&r);
     bench_bandwidth(&r);
     k_set_threads(1);
     return 0;
