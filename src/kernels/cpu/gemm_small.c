@@ -127,18 +127,28 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
     }
 
 /* Register budgets: MB x NB accumulators plus the loaded W vectors must fit the vector file
- * (32 zmm, 16 ymm/xmm), with at least 8 independent chains (FMA latency x pipes) at M = 1. Blocks
- * are DOT_NB = 8 rows of W; a 4-row kernel runs twice per block. */
+ * (32 zmm, 16 ymm/xmm), with at least 8 independent chains (FMA latency x pipes) at M = 1; and
+ * enough W rows per call, as with K ~ 300 the reduction and call overhead weigh against 18 vector
+ * steps, but not so many that the prefetchers lose the streams (AVX-512, M = 1, GB/s at
+ * K = N = 288 / 2048: 63 / - with 4 rows per call, 78 / 58 with 8, 74 / 30 with 16). Blocks are
+ * DOT_NB = 8 rows of W, each covered by one or two calls of the kernel for the rows left. */
 #define DOT_NB 8
-DEFINE_DOT(1, 8)
 #if defined(__AVX512F__)
+DEFINE_DOT(1, 8)
 DEFINE_DOT(2, 8)
 DEFINE_DOT(4, 4) /* 16 accumulators; 8 loads per 16 FMAs */
+#define DOT_K1 dot_1x8
+#define DOT_K2 dot_2x8
+#define DOT_K4 dot_4x4
+enum { NB1 = 8, NB2 = 8, NB4 = 4 };
 #else
+DEFINE_DOT(1, 8)
 DEFINE_DOT(2, 4)
+#define DOT_K1 dot_1x8
+#define DOT_K2 dot_2x4
+#define DOT_K4 dot_2x4 /* no 4-row kernel in 16 registers: two rows at a time */
+enum { NB1 = 8, NB2 = 4, NB4 = 4 };
 #endif
-#define CAT3(a, b, c) a##b##x##c
-#define DOT_FN(MB, NB) CAT3(dot_, MB, NB)
 
 /* The operands of one small-M product. A is op(A) as rows (sai, sak strides). */
 typedef struct {
@@ -164,28 +174,17 @@ static void dot_cols(const SmallArgs *g, int j0, int j1) {
         int n = imin(DOT_NB, j1 - j);
         const float *w = g->B + (size_t)j * ldw;
         for (int i = 0; i < g->M;) {
-            int left = g->M - i, m;
+            int left = g->M - i;
+            int m = left == 1 ? 1 : left == 2 || NB4 == NB2 ? 2 : imin(4, left);
+            int nb = m == 1 ? NB1 : m == 2 ? NB2 : NB4;
             float out[4][DOT_NB];
             const float *x = g->A + (size_t)i * ldx;
-            if (left == 1) {
-                m = 1;
-                DOT_FN(1, 8)(g->K, x, ldx, 1, w, ldw, n, out, 0);
-#if defined(__AVX512F__)
-            } else if (left == 2) {
-                m = 2;
-                DOT_FN(2, 8)(g->K, x, ldx, 2, w, ldw, n, out, 0);
-            } else { /* two 4 x 4 halves; the second may lie wholly past n (then it is skipped) */
-                m = imin(4, left);
-                DOT_FN(4, 4)(g->K, x, ldx, m, w, ldw, imin(n, 4), out, 0);
-                if (n > 4) DOT_FN(4, 4)(g->K, x, ldx, m, w + 4 * ldw, ldw, n - 4, out, 4);
+            for (int c = 0; c < n; c += nb) {
+                int nc = imin(nb, n - c);
+                if (m == 1) DOT_K1(g->K, x, ldx, 1, w + c * ldw, ldw, nc, out, c);
+                else if (m == 2) DOT_K2(g->K, x, ldx, 2, w + c * ldw, ldw, nc, out, c);
+                else DOT_K4(g->K, x, ldx, m, w + c * ldw, ldw, nc, out, c);
             }
-#else
-            } else {
-                m = 2;
-                DOT_FN(2, 4)(g->K, x, ldx, 2, w, ldw, imin(n, 4), out, 0);
-                if (n > 4) DOT_FN(2, 4)(g->K, x, ldx, 2, w + 4 * ldw, ldw, n - 4, out, 4);
-            }
-#endif
             for (int r = 0; r < m; r++)
                 for (int c = 0; c < n; c++)
                     put(g->C + (size_t)(i + r) * g->ldc + j + c, out[r][c], g->alpha, g->beta);
