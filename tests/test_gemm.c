@@ -2,7 +2,7 @@
  *
  * 1. Parity: k_gemm_small (few rows, streaming), k_gemm_blocked (packed, register-tiled) and the
  *    router k_gemm on shapes that are not multiples of any tile or vector (M = 1, 2, 3, 7, ...;
- *    K and N across the vector width, the 8-row blocks, the 512-column blocks and KC = 256), all
+ *    K and N across the vector width, the 8-row blocks, the 512-column blocks and KC (256, 512)), all
  *    four transpose combinations, padded strides, alpha/beta including beta = 0 with NaN in C, and
  *    a sentinel in C's padding column. The tolerance is the forward error bound of a K-term dot
  *    product, |c - c_ref| <= 2 K eps (|alpha| sum_k |a_ik||b_kj| + |beta c_ij|) + tiny, so that it
@@ -98,8 +98,9 @@ static void test_parity(void) {
     static const int small[][3] = {{1, 1, 1},   {1, 7, 5},    {2, 9, 16},  {3, 17, 33},  {4, 33, 15},
                                    {5, 8, 64},  {7, 65, 300}, {8, 520, 17}, {9, 3, 40},  {16, 100, 77},
                                    {1, 1030, 3}, {2, 5, 0},   {17, 31, 9}};
-    /* packed: across MR (6, 12), NR (8..32), KC = 256 and the 2048-column NC block */
-    static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31}, {12, 2050, 9}, {40, 3, 300}};
+    /* packed: across MR (6, 12), NR (8..32), KC (256, 512) and the 2048-column NC block */
+    static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31},
+                                 {12, 2050, 9}, {40, 3, 300},  {20, 40, 1030}};
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             for (int a = 0; a < 3; a++) {
