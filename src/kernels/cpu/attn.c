@@ -78,7 +78,8 @@ static void rope_apply(float *y, const float *x, int B, int T, int NH, int HD, i
     CHECK(HD > 0 && HD % 2 == 0, "rope: HD=%d must be even", HD);
     int half = HD / 2;
     float *cs = rope_table(T, HD, pos0, theta);
-#pragma omp parallel for schedule(static)
+    /* batch-1 steps rotate a few hundred floats: not worth a parallel region */
+#pragma omp parallel for schedule(static) if ((double)B * T * NH * HD >= PAR_MIN_ELEMS)
     for (long bt = 0; bt < (long)B * T; bt++) {
         const float *c = cs + (size_t)(bt % T) * half * 2;
         for (int h = 0; h < NH; h++) {
@@ -274,7 +275,8 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
     float scale = 1.0f / sqrtf((float)HD);
     size_t nsc = (size_t)n_cached + 1;
     float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * kt_max_threads()); /* scores of one (b, head) */
-#pragma omp parallel for schedule(static)
+    /* parallel only once the cache reads (K and V rows of every head) are worth a fork/join */
+#pragma omp parallel for schedule(static) if (2.0 * B * NH * (double)nsc * HD >= PAR_MIN_ELEMS)
     for (int i = 0; i < B * NH; i++) {
         float *sc = scbuf + nsc * kt_thread_id();
         const float *qh = q + (size_t)i * HD;

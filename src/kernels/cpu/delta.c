@@ -33,6 +33,7 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "threading.h"
+#include "vmath.h"
 
 #define DCH 32 /* tokens per checkpoint of the backward */
 
@@ -201,7 +202,8 @@ void k_delta_step(float *o, float *S_out, const float *S_in, const float *q, con
     check_dims(B, 1, H, nh, K, V);
     const size_t KV = (size_t)K * V, per = up16(KV) + 2 * up16((size_t)V);
     float *ws = kscratch_floats(KS_SSD_STEP, per * kt_max_threads());
-#pragma omp parallel for schedule(static)
+    /* one K x V state update per (b, head): parallel only when the states are large */
+#pragma omp parallel for schedule(static) if ((double)B * H * KV >= PAR_MIN_ELEMS)
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         Bh x = bh_of(q, k, v, beta, g, b, h, 1, H, nh, K, V);

@@ -489,7 +489,8 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
     size_t PN = (size_t)P * N;
     int nt = kt_max_threads();
     float *rows = kscratch_floats(KS_SSD_STEP, (size_t)N * nt); /* one new state row per thread */
-#pragma omp parallel for schedule(static)
+    /* one state update per (b, head): parallel only when the states are large (B = 1: rarely) */
+#pragma omp parallel for schedule(static) if ((double)B * H * PN >= PAR_MIN_ELEMS)
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         float *row = rows + (size_t)N * kt_thread_id();
