@@ -50,10 +50,11 @@
 #endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 
-/* Split the columns over threads only above this many multiply-adds: below it the fork/join of a
- * parallel region (several microseconds on a loaded machine) costs more than half the product.
- * Measured on Zen 4 (AVX-512 build, 2 threads, loaded shared machine): M = 1, K = N = 768
- * (590k MACs) gains ~1.5x from two threads, K = N = 288 (83k) loses. */
+/* Split the columns over threads only above this many multiply-adds (1 MiB of weight at M = 1,
+ * ~12 us at 80 GB/s): a fork/join costs 2-5 us on an idle machine, so K = N = 768 (590k) is split
+ * and K = N = 288 (83k, ~4 us) is not. An estimate, not a measurement: on the oversubscribed
+ * machine this was written on, any parallel region cost whole time slices (M = 1, K = N = 768:
+ * 98 GB/s on one thread, 0.5 GB/s split over two), which says nothing about an idle one. */
 #define SMALL_PAR_MIN_MACS (256.0 * 1024.0)
 
 static int imin(int a, int b) { return a < b ? a : b; }
