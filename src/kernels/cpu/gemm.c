@@ -98,8 +98,8 @@ typedef __m128 Vec;
 #endif
 #define NC 2048 /* B block KC x NC (4 MiB at KC 512) stays in L3 */
 /* Below this many multiply-adds (~10 us at 100 GFLOP/s; every thread also packs its own B) a
- * parallel region's 2-5 us fork/join costs more than it saves; such products stay on one thread
- * (and go to OpenBLAS in BLAS builds). An estimate for an idle machine, see gemm_small.c. */
+ * product stays on one thread (and goes to OpenBLAS in BLAS builds): the same trade as
+ * SMALL_PAR_MIN_MACS in gemm_small.c, whose measurements it follows. */
 #define PAR_MIN_MACS (128.0 * 128.0 * 64.0)
 
 static int imin(int a, int b) { return a < b ? a : b; }

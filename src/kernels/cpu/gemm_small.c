@@ -50,11 +50,12 @@
 #endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 
-/* Split the columns over threads only above this many multiply-adds (1 MiB of weight at M = 1,
- * ~12 us at 80 GB/s): a fork/join costs 2-5 us on an idle machine, so K = N = 768 (590k) is split
- * and K = N = 288 (83k, ~4 us) is not. An estimate, not a measurement: on the oversubscribed
- * machine this was written on, any parallel region cost whole time slices (M = 1, K = N = 768:
- * 98 GB/s on one thread, 0.5 GB/s split over two), which says nothing about an idle one. */
+/* Split the columns over threads only above this many multiply-adds (1 MiB of weight at M = 1).
+ * Measured on Zen 4 (AVX-512, 2 cores) in quiet moments of a shared machine: an empty fork/join
+ * costs 0.5-0.9 us; M = 1, K = N = 768 (590k MACs) takes 32 us on one thread and 15-17 us on two
+ * (both forms), K = N = 288 (83k) 3.5-4 us on one and barely less on two, so it stays serial:
+ * when another process holds a core, a region waits for a whole time slice (then 768 took 0.2-2
+ * ms on two threads), and a small product has nothing to win against that risk. */
 #define SMALL_PAR_MIN_MACS (256.0 * 1024.0)
 
 static int imin(int a, int b) { return a < b ? a : b; }
