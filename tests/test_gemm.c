@@ -10,7 +10,8 @@
  * 2. Determinism: outputs are bit-identical at 1, 2 and 3 threads (BLAS builds: k_gemm and the
  *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS); every row of a
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
- *    forward route few rows to k_gemm_small (bitwise equal to calling it).
+ *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
+ *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits.
  * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
  */
 #include <float.h>
@@ -90,6 +91,15 @@ static void check_case(const char *name, GemmFn fn, int ta, int tb, int M, int N
     prod_free(&p);
 }
 
+/* k_gemm_pack_b + k_gemm_packed in the GemmFn shape (the B passed is packed first). */
+static void packed_fn(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    float *pk = th_alloc(k_gemm_pack_floats(N, K));
+    k_gemm_pack_b(pk, tb, N, K, B, ldb);
+    k_gemm_packed(ta, M, N, K, alpha, A, lda, pk, beta, C, ldc);
+    free(pk);
+}
+
 static const float AB[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.7f, 0.5f}};
 
 static void test_parity(void) {
@@ -112,6 +122,7 @@ static void test_parity(void) {
                 for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
                     const int *d = big[s];
                     check_case("gemm_blocked", k_gemm_blocked, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm_packed", packed_fn, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                     check_case("gemm", k_gemm, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                 }
             }
@@ -166,6 +177,27 @@ static void test_threads(void) {
         }
 }
 
+/* A packed op(B) gives k_gemm_blocked's very bits (the same arithmetic on the same panels), at
+ * one thread and at three, across KC slices and the NC column block. */
+static void test_packed_same(void) {
+    static const int shapes[][3] = {{100, 2100, 600}, {13, 40, 1030}, {70, 33, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int t = 1; t <= 3; t += 2) {
+                    const int *d = shapes[s];
+                    Prod p = prod_new(ta, tb, d[0], d[1], d[2], 0);
+                    k_set_threads(t);
+                    float *C = prod_run(&p, packed_fn, 0.5f, 1.0f), *R = prod_run(&p, k_gemm_blocked, 0.5f, 1.0f);
+                    k_set_threads(2);
+                    TH_CHECK(memcmp(C, R, sizeof(float) * (size_t)d[0] * p.ldc) == 0,
+                             "gemm_packed tA=%d tB=%d M=%d N=%d K=%d at %d threads: differs from gemm_blocked",
+                             ta, tb, d[0], d[1], d[2], t);
+                    free(C), free(R);
+                    prod_free(&p);
+                }
+}
+
 /* Each row of a small-M product is its own sums: equal to the row computed alone, whatever block
  * of rows it fell in (generation at batch 1 and batch M agree bit for bit). */
 static void test_row_invariance(void) {
@@ -217,6 +249,7 @@ int main(void) {
     k_set_threads(2);
     test_parity();
     test_threads();
+    test_packed_same();
     test_row_invariance();
     test_routing();
     k_set_threads(1);
