@@ -287,8 +287,12 @@ static void gemm_blocked_run(const GemmArgs *g, int M, int N) {
     size_t ap_floats = (size_t)kc_max * imin(MC, (M + MR - 1) / MR * MR);
     float *buf = kscratch_floats(KS_GEMM, (bp_floats + ap_floats) * nt);
     int mt = (M + MR - 1) / MR, ntile = (N + NR - 1) / NR; /* tiles along M and N */
+    if (!par) { /* no parallel region at all: even an inactive one costs 0.3 us (gemm_small.c) */
+        gemm_region(g, 0, M, 0, N, buf, buf + bp_floats);
+        return;
+    }
 
-#pragma omp parallel num_threads(nt) if (par)
+#pragma omp parallel num_threads(nt)
     {
         int tid = 0, team = 1;
 #ifdef _OPENMP
@@ -398,8 +402,12 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 /* ---- Linear ---------------------------------------------------------------------------------- */
 
 void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC) {
-    if (b) { /* start every row at the bias and let the GEMM accumulate onto it (beta = 1) */
-#pragma omp parallel for schedule(static) if ((double)M * OC > 65536.0)
+    /* start every row at the bias and let the GEMM accumulate onto it (beta = 1); serial
+     * without entering OpenMP when small (an inactive region costs 0.3 us, see gemm_small.c) */
+    if (b && (double)M * OC > 65536.0) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+    } else if (b) {
         for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float));
     }
     /* y (M, OC) = x (M, C) @ W^T, W stored (OC, C) */
@@ -407,20 +415,29 @@ void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int 
 }
 
 /* db[o] += sum_i dy[i, o]: threads own disjoint column ranges, each column summed in row order. */
-static void bias_grad(float *db, const float *dy, int M, int OC) {
-    enum { CHUNK = 256 };
-    int nchunk = (OC + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if ((double)M * OC > 65536.0)
-    for (int ch = 0; ch < nchunk; ch++) {
-        int o0 = ch * CHUNK, o1 = imin(OC, o0 + CHUNK);
-        float acc[CHUNK];
-        for (int o = o0; o < o1; o++) acc[o - o0] = 0.0f;
-        for (int i = 0; i < M; i++) {
-            const float *row = dy + (size_t)i * OC;
-            for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
-        }
-        for (int o = o0; o < o1; o++) db[o] += acc[o - o0];
+enum { BIAS_CHUNK = 256 };
+
+/* db[o0 .. o1) += column sums of dy, o1 - o0 <= BIAS_CHUNK. */
+static void bias_chunk(float *db, const float *dy, int M, int OC, int o0, int o1) {
+    float acc[BIAS_CHUNK];
+    for (int o = o0; o < o1; o++) acc[o - o0] = 0.0f;
+    for (int i = 0; i < M; i++) {
+        const float *row = dy + (size_t)i * OC;
+        for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
     }
+    for (int o = o0; o < o1; o++) db[o] += acc[o - o0];
+}
+
+static void bias_grad(float *db, const float *dy, int M, int OC) {
+    int nchunk = (OC + BIAS_CHUNK - 1) / BIAS_CHUNK;
+    if ((double)M * OC <= 65536.0) { /* serial, without entering OpenMP */
+        for (int ch = 0; ch < nchunk; ch++)
+            bias_chunk(db, dy, M, OC, ch * BIAS_CHUNK, imin(OC, (ch + 1) * BIAS_CHUNK));
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < nchunk; ch++)
+        bias_chunk(db, dy, M, OC, ch * BIAS_CHUNK, imin(OC, (ch + 1) * BIAS_CHUNK));
 }
 
 void k_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
