@@ -49,9 +49,10 @@ ifeq ($(WERROR),1)
 endif
 CFLAGS ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(OPT) $(CFLAGS)
-# Fast kernels may fuse multiply-adds, and never read errno (so sqrtf can vectorise); the
+# Fast kernels may fuse multiply-adds, never read errno (so sqrtf can vectorise) and never read
+# FP exception flags (so the selects of cpu/vmath.h vectorise without AVX-512 masks); the
 # references and everything else keep ISO semantics.
-KERNEL_CFLAGS = -ffp-contract=fast -fno-math-errno
+KERNEL_CFLAGS = -ffp-contract=fast -fno-math-errno -fno-trapping-math
 
 LIB_SRC := $(shell find src -name '*.c' | sort)
 CLI_SRC := $(wildcard cli/*.c)

@@ -1,19 +1,46 @@
 /* cpu/vmath.h: small inline helpers shared by the fast CPU kernels (internal to cpu/).
  *
- * - vexp: expf written so that gcc can vectorise loops calling it (libm's expf is a scalar
- *   call without -ffast-math). Cody-Waite reduction x = n ln2 + r with a two-part ln2 and the
- *   Cephes degree-6 polynomial for exp(r): about 2 ulp on the normal range. Underflow gives 0,
- *   overflow gives +inf and NaN stays NaN (the solver's divergence checks rely on that), with
- *   no float-to-int conversion of NaN (type punning of the rounded value instead).
- * - lane-parallel dot products: LANES independent partial sums combined in a fixed order (a
- *   pairwise tree), the reassociation -ffast-math would allow, done explicitly so the result
- *   depends only on n.
- * Out of scope: log/tanh (libm is used where they appear; they are not on hot paths).
+ * Elementwise transcendentals, written so that gcc -O3 vectorises any loop calling them (libm's
+ * expf/logf/tanhf are scalar calls without -ffast-math, ~1-2 GB/s where memcpy moves 20):
+ * straight-line float and integer arithmetic, no libm calls, no branches on data; out-of-range
+ * inputs are handled by selects after the main computation. The loops vectorise only under
+ * -fno-trapping-math (KERNEL_CFLAGS in the Makefile): otherwise gcc keeps the arithmetic that
+ * feeds a select (which could raise an FP exception) behind a branch, and AVX2 and SSE2, having
+ * no masked arithmetic, then get scalar code. Nothing here reads the FP exception flags.
+ *
+ * Error bounds (tests/test_vmath.c asserts them over a dense sweep of all floats, and every special
+ * value below): ulps of the exact result, against double-precision libm; in brackets the largest
+ * error measured over every float with FMA contraction (AVX2/AVX-512 builds).
+ *   vexp(x)      <= 1.5 ulp [1.01] where exp(x) >= FLT_MIN (x >= -87.33654). Below, +0: the
+ *                exact value is subnormal (absolute error < FLT_MIN), flushed on purpose (slow on
+ *                some cores, never needed here). +inf above 88.72283; exp(-inf) = 0,
+ *                exp(+inf) = +inf.
+ *   vlog(x)      <= 1.5 ulp [0.82] for every positive x, subnormals included; log(+-0) = -inf,
+ *                log(x < 0) = NaN, log(+inf) = +inf, log(1) = 0.
+ *   vsigmoid(x)  <= 3 ulp [2.48] where the result is >= FLT_MIN (x >= -87.33); below, absolute
+ *                error < FLT_MIN (0 for x <= -88.73). Never NaN for non-NaN x: 0 at -inf,
+ *                1 at +inf and for x > 16.6 (where 1 - sigmoid < 2^-25).
+ *   vsilu(x)     x sigmoid(x): <= 3 ulp [2.5] for x >= -88.72; below, -0 (the exact value is
+ *                smaller than 2.61e-37 in magnitude). silu(-inf) = -0, silu(+inf) = +inf.
+ *   vtanh(x)     <= 2 ulp [1.33] everywhere; odd (tanh(-0) = -0, subnormals returned as they
+ *                are); exactly +-1 for |x| > 9.01 and at +-inf.
+ *   vsoftplus(x) log(1 + e^x): <= 2.5 ulp [1.8] where the result is >= FLT_MIN; below, absolute
+ *                error < FLT_MIN (0 for x < -87.34). Exactly x for x > 16.7 (PyTorch's
+ *                threshold-20 rule gives the same floats), +inf at +inf, 0 at -inf.
+ * Every function maps NaN to NaN (a diverging solver must still show up in the output).
+ * Each is a fixed sequence of operations, so results depend on the input only (not on threads);
+ * the AVX-512, AVX2 and SSE2 builds may differ in the last bit (FMA contraction).
+ *
+ * Lane-parallel reductions: LANES independent partial sums combined in a fixed order (a pairwise
+ * tree), the reassociation -ffast-math would allow, done explicitly so the result depends only
+ * on n.
  */
 #ifndef IMPLICIT_KERNELS_CPU_VMATH_H
 #define IMPLICIT_KERNELS_CPU_VMATH_H
 
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,10 +50,26 @@
 /* Elementwise kernels go parallel above this many elements (below, fork/join costs more). */
 #define PAR_MIN_ELEMS 32768
 
-static inline float vexp(float x0) {
-    /* clamp to where 2^n is a normal float; the selects below restore 0 / inf / NaN */
-    float x = x0 < -87.3f ? -87.3f : x0;
-    x = x > 88.3f ? 88.3f : x;
+static inline uint32_t f2u(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* exp(x) overflows above EXP_HI (the largest float below ln FLT_MAX) and is subnormal below
+ * EXP_LO (the smallest float above ln FLT_MIN). */
+#define EXP_HI 88.72283172607421875f
+#define EXP_LO -87.33654022216796875f
+
+/* x = n ln2 + r, |r| <= ln2 / 2 (Cody-Waite: ln2 in two parts, the first exact in n * C1),
+ * exp(r) by the Cephes degree-6 polynomial, and 2^n added into the exponent field as an integer
+ * (exact, and unlike a multiply by 2^n it also reaches n = 128 for x up to EXP_HI: p < 1 there). */
+static inline float vexp(float x) {
     /* n = round(x / ln2): adding 1.5 * 2^23 leaves the rounded integer in the low mantissa */
     const float magic = 12582912.0f;
     float t = x * 1.44269504088896341f + magic;
@@ -40,20 +83,86 @@ static inline float vexp(float x0) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    uint32_t ti, mi; /* unsigned: wraps (no UB) for the garbage bits a NaN leaves here */
-    memcpy(&ti, &t, sizeof ti);
-    memcpy(&mi, &magic, sizeof mi);
-    uint32_t e = (ti - mi + 127u) << 23; /* 2^n assembled in the exponent field */
-    float s;
-    memcpy(&s, &e, sizeof s);
-    float res = p * s;
-    res = x0 < -87.3f ? 0.0f : res;
-    res = x0 > 88.7f ? INFINITY : res;
-    return res;
+    /* unsigned: wraps (no UB) for the garbage out-of-range x leave here; the selects fix those */
+    float res = u2f(f2u(p) + ((f2u(t) - f2u(magic)) << 23));
+    res = x < EXP_LO ? 0.0f : res;
+    res = x > EXP_HI ? INFINITY : res;
+    return isnan(x) ? x : res;
+}
+
+/* log(x 2^-escale) for positive normal finite x: x = 2^e m, m in [sqrt(1/2), sqrt(2)), f = m - 1
+ * (exact), log = (e - escale) ln2 + log1p(f), the Cephes degree-9 polynomial for log1p there. */
+static inline float log_core(float x, float escale) {
+    /* shifting the bits by 1 - sqrt(1/2) carries into the exponent exactly when m >= sqrt(2) */
+    uint32_t ix = f2u(x) + (0x3f800000u - 0x3f3504f3u);
+    float e = (float)((int32_t)(ix >> 23) - 127) - escale;
+    float f = u2f((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+    float z = f * f;
+    float y = 7.0376836292e-2f;
+    y = y * f - 1.1514610310e-1f;
+    y = y * f + 1.1676998740e-1f;
+    y = y * f - 1.2420140846e-1f;
+    y = y * f + 1.4249322787e-1f;
+    y = y * f - 1.6668057665e-1f;
+    y = y * f + 2.0000714765e-1f;
+    y = y * f - 2.4999993993e-1f;
+    y = y * f + 3.3333331174e-1f;
+    y = y * f * z;
+    y = y + e * -2.12194440e-4f; /* e ln2 in the two parts of vexp, small part first */
+    y = y - 0.5f * z;
+    return (f + y) + e * 0.693359375f;
+}
+
+static inline float vlog(float x) {
+    /* subnormals: scaled by 2^24 (exact), which log_core takes off again in the exponent */
+    int sub = x < FLT_MIN;
+    float res = log_core(sub ? x * 16777216.0f : x, sub ? 24.0f : 0.0f);
+    res = x == INFINITY ? INFINITY : res;
+    res = x == 0.0f ? -INFINITY : res;
+    return x >= 0.0f ? res : NAN; /* negative or NaN */
 }
 
 static inline float vsigmoid(float x) { return 1.0f / (1.0f + vexp(-x)); }
-static inline float vsilu(float x) { return x / (1.0f + vexp(-x)); }
+
+static inline float vsilu(float x) {
+    float r = x / (1.0f + vexp(-x));
+    return x < -EXP_HI ? -0.0f : r; /* e^-x = inf: -0, also for x = -inf (inf / inf) */
+}
+
+/* |x| <= 0.625: odd polynomial (Cephes); above: 1 - 2 / (e^{2|x|} + 1), which has no
+ * cancellation there (the fraction is below 0.45) and reaches exactly 1 as e^{2|x|} -> inf.
+ * The sign is put back as a bit, so tanh(-0) = -0. */
+static inline float vtanh(float x) {
+    float a = fabsf(x);
+    float s = a * a;
+    float p = -5.70498872745e-3f;
+    p = p * s + 2.06390887954e-2f;
+    p = p * s - 5.37397155531e-2f;
+    p = p * s + 1.33314422036e-1f;
+    p = p * s - 3.33332819422e-1f;
+    p = p * s * a + a;
+    float q = 1.0f - 2.0f / (vexp(a + a) + 1.0f);
+    float r = a <= 0.625f ? p : q; /* NaN takes q, which is NaN */
+    return u2f(f2u(r) | (f2u(x) & 0x80000000u));
+}
+
+/* softplus(x) = max(x, 0) + log1p(e^-|x|). log1p(u), u in [0, 1], as log(w) with w = 1 + u plus
+ * the first-order correction (u - (w - 1)) / w for the rounding of w: w is in [1, 2], so
+ * log_core needs no special cases. */
+static inline float vsoftplus(float x) {
+    float u = vexp(-fabsf(x));
+    float w = 1.0f + u;
+    float l1p = log_core(w, 0.0f) + (u - (w - 1.0f)) / w;
+    return (x > 0.0f ? x : 0.0f) + l1p; /* NaN: u is NaN */
+}
+
+/* The functions above over arrays, y[i] = v<f>(x[i]) (cpu/vmath.c): compiled with the kernels'
+ * flags, so they are the vectorised code the kernels inline. tests/test_vmath.c measures their
+ * error and bench/bench_kernels.c their speed. y may equal x. */
+#define VMATH_FUNCS(X) X(exp) X(log) X(sigmoid) X(silu) X(tanh) X(softplus)
+#define VMATH_DECLARE(f) void kvm_##f(float *y, const float *x, size_t n);
+VMATH_FUNCS(VMATH_DECLARE)
+#undef VMATH_DECLARE
 
 /* acc[0] + ... + acc[LANES-1] as a pairwise tree (halves added lane by lane: a few vector adds,
  * where a left-to-right sum is a chain of LANES dependent adds, ~100 cycles per row). The order is

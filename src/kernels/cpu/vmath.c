@@ -1,0 +1,14 @@
+/* cpu/vmath.c: the elementwise functions of vmath.h over arrays (kvm_exp, kvm_log, ...).
+ *
+ * The kernels inline vexp & co. into their own loops; these plain loops exist so that the
+ * vectorised code of this build (AVX-512, AVX2 or SSE2, with the kernels' compiler flags) can be
+ * tested against a double-precision reference (tests/test_vmath.c) and timed on its own
+ * (bench/bench_kernels.c). Serial: callers that want threads split the array.
+ */
+#include "vmath.h"
+
+#define VMATH_DEFINE(f)                                                                \
+    void kvm_##f(float *y, const float *x, size_t n) {                                 \
+        for (size_t i = 0; i < n; i++) y[i] = v##f(x[i]);                              \
+    }
+VMATH_FUNCS(VMATH_DEFINE)
