@@ -12,7 +12,7 @@
  *   dq_blk += dS K,  dk += dS^T Q_blk,  dv += P^T dO_blk.
  * One thread owns each (b, head) and walks its query blocks in order, so the sums over queries in
  * dk and dv are deterministic at any thread count. Softmax exponentials use vmath.h's vexp (vectorisable,
- * about 2 ulp, NaN-preserving) instead of scalar libm expf.
+ * error bound in vmath.h, NaN-preserving) instead of scalar libm expf.
  * Scratch (kscratch.h: persistent grow-only buffers): per thread 2*QB*T + 2*HD*T + QB + 32*max(T, HD) floats; the step
  * uses n_cached + 1 floats per thread.
  * Out of scope: masks other than causal, GQA, dropout on probabilities.
@@ -172,7 +172,7 @@ static void fwd_block(Ws *w, float *o, float *lse, const float *q, const float *
         float sum = exp_sum(row, n, d->scale, m);
         for (int j = n; j < kv; j++) row[j] = 0.0f;
         w->rinv[r] = 1.0f / sum;
-        if (lse) lse[((size_t)b * d->NH + h) * d->T + i0 + r] = m + logf(sum);
+        if (lse) lse[((size_t)b * d->NH + h) * d->T + i0 + r] = m + vlog(sum);
     }
     float *ob = o + base + (size_t)i0 * d->rs;
     for (int r = 0; r < qb; r++) memset(ob + (size_t)r * d->rs, 0, sizeof(float) * d->HD);
@@ -289,9 +289,10 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
         }
         float *oh = o + (size_t)i * HD;
         memset(oh, 0, sizeof(float) * HD);
+        for (int s = 0; s <= n_cached; s++) sc[s] = vexp(sc[s] - m); /* one vectorised pass */
         for (int s = 0; s <= n_cached; s++) {
             const float *vs = s < n_cached ? vc + (size_t)s * HD : v_new + (size_t)i * HD;
-            float p = expf(sc[s] - m);
+            float p = sc[s];
             sum += p;
             for (int e = 0; e < HD; e++) oh[e] += p * vs[e];
         }

@@ -167,7 +167,7 @@ static void fwd_token(float *restrict S, float *restrict out, float *restrict u,
     const int K = x->K, V = x->V, nh = x->nh;
     const float *kt = x->k + t * x->sk, *vt = x->v + t * x->sv, *bt = x->beta + t * x->sb;
     const float *qt = x->q + t * x->sq;
-    sweep_dot(S, K, V, x->g != NULL, x->g ? expf(x->g[t * x->sg]) : 1.f, kt, u); /* u = S^T k_0 */
+    sweep_dot(S, K, V, x->g != NULL, x->g ? vexp(x->g[t * x->sg]) : 1.f, kt, u); /* u = S^T k_0 */
     for (int j = 0; j < nh; j++) {
         const float *kj = kt + j * x->jk, *vj = vt + j * x->jv;
         float bj = bt[j * x->jb];
@@ -252,7 +252,7 @@ static void substates(Ws *w, const float *restrict Sprev, const Bh *x, int t) {
     const int K = x->K, V = x->V, nh = x->nh;
     const size_t KV = up16((size_t)K * V), Vv = up16((size_t)V);
     const float *kt = x->k + t * x->sk, *vt = x->v + t * x->sv, *bt = x->beta + t * x->sb;
-    float gam = x->g ? expf(x->g[t * x->sg]) : 1.f;
+    float gam = x->g ? vexp(x->g[t * x->sg]) : 1.f;
     float *u = w->p; /* p is free until the token's backward starts */
     memset(u, 0, sizeof(float) * V);
     for (int r = 0; r < K; r++) {
@@ -304,7 +304,7 @@ static void bwd_token(Ws *w, const BhGrad *d, const float *restrict Sprev, const
             p[c] += kr * row[c];
         }
     }
-    float gam = x->g ? expf(x->g[t * x->sg]) : 1.f, dgam = 0.f;
+    float gam = x->g ? vexp(x->g[t * x->sg]) : 1.f, dgam = 0.f;
     for (int j = nh - 1; j >= 0; j--) {
         const float *kj = kt + j * x->jk, *e = w->E + (size_t)j * Vv, *Sp = w->Sub + (size_t)j * KV;
         const float *kp = j ? kj - x->jk : NULL;

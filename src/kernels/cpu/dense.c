@@ -6,7 +6,8 @@
  * one thread, with lane-parallel sums (vmath.h) whose order depends only on the row length.
  * Parameter gradients that sum over rows (dw of the norms) are summed per fixed block of rows
  * into scratch, then the block partials are added in block order. So every output is
- * bit-identical at any thread count. Transcendentals use vmath.h's vectorisable vexp.
+ * bit-identical at any thread count. Transcendentals use vmath.h's vectorisable vexp / vlog /
+ * vsigmoid / vsilu (error bounds there).
  * Out of scope: embedding, conv1d, LSTM, optimiser (cpu/dense_misc.c), GEMM (cpu/gemm.c).
  */
 #include "../kernels.h"
@@ -245,7 +246,7 @@ static float logsumexp(const float *l, int V) {
     float s = 0.0f;
     for (; j < V; j++) s += vexp(l[j] - mx);
     s += lanes_total(acc);
-    return mx + logf(s);
+    return mx + vlog(s);
 }
 
 /* Rows are independent; logits are only read, never materialised as probabilities. */

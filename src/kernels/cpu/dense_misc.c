@@ -241,48 +241,72 @@ void k_conv1d_step(float *y, float *state_out, const float *state_in, const floa
         }
 }
 
-/* ---- LSTM cell (gate order i, f, g, o; libm sigmoid/tanh: B*Hd is small next to the GEMMs) -- */
+/* ---- LSTM cell (gate order i, f, g, o; vmath.h sigmoid/tanh, so the loops over j vectorise) - */
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* A row of Hd zeros standing for a NULL c_prev or dc, so that the loops below have no
+ * loop-invariant NULL tests (gcc would turn those into masked loads it cannot vectorise). The
+ * slot is the gated norm's row temp: a slot is held only for one kernel call. */
+static const float *zero_row(int Hd) {
+    float *z = kscratch_floats(KS_NORM_ROW, (size_t)Hd);
+    memset(z, 0, sizeof(float) * (size_t)Hd);
+    return z;
+}
 
-/* Rows b are independent; act keeps the four activated gates for the backward. */
+/* Rows b are independent; act keeps the four activated gates for the backward. Per row: the
+ * gates in three elementwise passes over contiguous blocks, then the cell update. */
 void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const float *c_prev, int B, int Hd) {
+    const float *zeros = c_prev ? NULL : zero_row(Hd);
 #pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
     for (int b = 0; b < B; b++) {
         const float *p = pre + (size_t)b * 4 * Hd;
         float *a = act + (size_t)b * 4 * Hd;
+        for (int j = 0; j < 2 * Hd; j++) a[j] = vsigmoid(p[j]); /* i, f */
+        for (int j = 2 * Hd; j < 3 * Hd; j++) a[j] = vtanh(p[j]); /* g */
+        for (int j = 3 * Hd; j < 4 * Hd; j++) a[j] = vsigmoid(p[j]); /* o */
+        const float *ig = a, *fg = a + Hd, *gg = a + 2 * Hd, *og = a + 3 * Hd;
+        const float *cp = c_prev ? c_prev + (size_t)b * Hd : zeros;
+        float *cb = c + (size_t)b * Hd, *hb = h + (size_t)b * Hd;
+#pragma GCC ivdep /* elementwise: more streams than gcc's runtime alias checks cover */
         for (int j = 0; j < Hd; j++) {
-            float ig = sigmoidf(p[j]), fg = sigmoidf(p[Hd + j]);
-            float gg = tanhf(p[2 * Hd + j]), og = sigmoidf(p[3 * Hd + j]);
-            a[j] = ig, a[Hd + j] = fg, a[2 * Hd + j] = gg, a[3 * Hd + j] = og;
-            size_t bj = (size_t)b * Hd + j;
-            float cn = fg * (c_prev ? c_prev[bj] : 0.0f) + ig * gg;
-            c[bj] = cn;
-            h[bj] = og * tanhf(cn);
+            float cn = fg[j] * cp[j] + ig[j] * gg[j];
+            cb[j] = cn;
+            hb[j] = og[j] * vtanh(cn);
         }
     }
 }
 
-/* Same chain rule as ref/dense.c; one thread per batch row, so no reduction at all. */
+/* Same chain rule as ref/dense.c; one thread per batch row, so no reduction at all. The gradient
+ * reaching c is direct (dc) plus through h = o tanh(c); the dc_prev pass recomputes it, which
+ * keeps each loop free of tests on which outputs are wanted. */
 void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *dc, const float *act,
                      const float *c_prev, const float *c, int B, int Hd) {
+    const float *zeros = c_prev && dc ? NULL : zero_row(Hd);
 #pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
     for (int b = 0; b < B; b++) {
         const float *a = act + (size_t)b * 4 * Hd;
-        for (int j = 0; j < Hd; j++) {
-            float ig = a[j], fg = a[Hd + j], gg = a[2 * Hd + j], og = a[3 * Hd + j];
-            size_t bj = (size_t)b * Hd + j;
-            float tc = tanhf(c[bj]);
-            /* gradient reaching c: direct, plus through h = o tanh(c) */
-            float dct = (dc ? dc[bj] : 0.0f) + dh[bj] * og * (1.0f - tc * tc);
-            if (dpre) {
-                float *d = dpre + (size_t)b * 4 * Hd;
-                d[j] += dct * gg * ig * (1.0f - ig);
-                d[Hd + j] += dct * (c_prev ? c_prev[bj] : 0.0f) * fg * (1.0f - fg);
-                d[2 * Hd + j] += dct * ig * (1.0f - gg * gg);
-                d[3 * Hd + j] += dh[bj] * tc * og * (1.0f - og);
+        const float *ig = a, *fg = a + Hd, *gg = a + 2 * Hd, *og = a + 3 * Hd;
+        size_t o = (size_t)b * Hd;
+        const float *cb = c + o, *dhb = dh + o, *dcb = dc ? dc + o : zeros;
+        const float *cp = c_prev ? c_prev + o : zeros;
+        if (dpre) {
+            float *d = dpre + (size_t)b * 4 * Hd;
+#pragma GCC ivdep
+            for (int j = 0; j < Hd; j++) {
+                float tc = vtanh(cb[j]);
+                float dct = dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc);
+                d[j] += dct * gg[j] * ig[j] * (1.0f - ig[j]);
+                d[Hd + j] += dct * cp[j] * fg[j] * (1.0f - fg[j]);
+                d[2 * Hd + j] += dct * ig[j] * (1.0f - gg[j] * gg[j]);
+                d[3 * Hd + j] += dhb[j] * tc * og[j] * (1.0f - og[j]);
             }
-            if (dc_prev) dc_prev[bj] += dct * fg;
+        }
+        if (dc_prev) {
+            float *dcp = dc_prev + o;
+#pragma GCC ivdep
+            for (int j = 0; j < Hd; j++) {
+                float tc = vtanh(cb[j]);
+                dcp[j] += (dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc)) * fg[j];
+            }
         }
     }
 }

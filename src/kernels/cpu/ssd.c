@@ -495,7 +495,7 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
         int b = i / H, h = i % H;
         float *row = rows + (size_t)N * kt_thread_id();
         const float *bt = Bm + (size_t)b * N, *ct = Cm + (size_t)b * N, *xi = x + (size_t)i * P;
-        float dti = dt[i], alpha = expf(dti * A[h]);
+        float dti = dt[i], alpha = vexp(dti * A[h]);
         for (int p = 0; p < P; p++) {
             const float *sp = S_in + (size_t)i * PN + (size_t)p * N;
             float dx = dti * xi[p];

@@ -32,6 +32,7 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "ssd_paths.h"
+#include "vmath.h"
 
 #include "threading.h"
 
@@ -86,10 +87,10 @@ typedef struct {
     int T, H, P, N;
 } BhIn;
 
-/* at[i] = exp(dt_{t0+i} A), i < L: computed before the token loops, because a libm call inside
- * them would spill every vector register holding the state. */
+/* at[i] = exp(dt_{t0+i} A), i < L, by vmath.h's vexp: one pass before the token loops, whose vector
+ * registers all hold the state (a libm call there spilled them all). */
 static void decays(float *at, const BhIn *v, int t0, int L) {
-    for (int i = 0; i < L; i++) at[i] = expf(v->dt[(size_t)(t0 + i) * v->H] * v->A);
+    for (int i = 0; i < L; i++) at[i] = vexp(v->dt[(size_t)(t0 + i) * v->H] * v->A);
 }
 
 /* Tokens [t0, t1) of one (b, h); ST:(N, P/VW) vectors, the running state transposed; at:(t1-t0)
