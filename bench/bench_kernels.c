@@ -9,6 +9,8 @@
  * 3. GEMV-shaped products (M = 1, K = N = 288, 768, 2048): k_gemm and OpenBLAS in GB/s of weight.
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
+ * 4. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
+ *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
  * Usage: bench_kernels [--quick]
  */
@@ -21,6 +23,7 @@
 #include "../src/core/rng.h"
 #include "../src/core/timer.h"
 #include "../src/kernels/cpu/gemm.h"
+#include "../src/kernels/cpu/vmath.h"
 #include "../src/kernels/kernels.h"
 
 #ifdef IM_OPENBLAS
@@ -150,6 +153,13 @@ static void run_rms_bwd(void *p) { Bufs *b = p; k_rmsnorm_bwd(b->dx, b->dw, b->d
 static void run_silu(void *p) { Bufs *b = p; k_silu_fwd(b->y, b->x, (size_t)BM * BC); }
 static void run_softmax(void *p) { Bufs *b = p; k_softmax(b->y, b->x, BM, BC); }
 static void run_xent(void *p) { Bufs *b = p; k_xent_fwd(b->rstd, b->x, b->t, BM, BC, -1); }
+static void run_xent_bwd(void *p) { Bufs *b = p; k_xent_bwd(b->dx, b->x, b->t, b->rstd, BM, BC, -1); }
+static void run_swiglu(void *p) { Bufs *b = p; k_swiglu_fwd(b->y, b->x, b->dy, (size_t)BM * BC); }
+/* BM / 4 rows of 4 gates of BC: pre is x, act m; h, c, c_prev the first quarter of y, dx, v */
+static void run_lstm(void *p) {
+    Bufs *b = p;
+    k_lstm_cell_fwd(b->y, b->dx, b->m, b->x, b->v, BM / 4, BC);
+}
 static void run_adamw(void *p) {
     Bufs *b = p;
     k_adamw(b->y, b->m, b->v, b->dy, (size_t)BM * BC, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 10);
@@ -167,6 +177,9 @@ static void bench_bandwidth(Rng *r) {
         {"silu_fwd", run_silu, 8},
         {"softmax", run_softmax, 8},
         {"xent_fwd", run_xent, 4},
+        {"xent_bwd", run_xent_bwd, 12}, /* read logits, dlogits; write dlogits */
+        {"swiglu_fwd", run_swiglu, 12}, /* read a, b; write y */
+        {"lstm_cell_fwd", run_lstm, 11}, /* per gate: read pre, write act; c_prev, c, h: 1/4 each */
         {"adamw", run_adamw, 28}, /* read p, m, v, g; write p, m, v */
     };
     printf("\nBandwidth-bound kernels, %d x %d floats (GB/s of bytes that must move; ms; %% of roofline)\n", BM, BC);
@@ -183,6 +196,34 @@ static void bench_bandwidth(Rng *r) {
     free(b.v), free(b.t);
 }
 
+/* ---- vmath.h array loops --------------------------------------------------------------------- */
+
+typedef struct { void (*fn)(float *, const float *, size_t); float *y; const float *x; size_t n; } VmCase;
+
+static void run_vm(void *p) { VmCase *c = p; c->fn(c->y, c->x, c->n); }
+static void run_vm_memcpy(void *p) { VmCase *c = p; memcpy(c->y, c->x, c->n * sizeof(float)); }
+
+static void bench_vmath(Rng *r) {
+    static const struct { const char *name; void (*fn)(float *, const float *, size_t); } fs[] = {
+#define VM_CASE(f) {#f, kvm_##f},
+        VMATH_FUNCS(VM_CASE)
+#undef VM_CASE
+    };
+    size_t n = (size_t)BM * BC;
+    float *x = randn(n, r), *y = calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = 4.0f * x[i] + 4.0f; /* mostly positive: log is defined */
+    VmCase c = {NULL, y, x, n};
+    double t_mc = best_time(run_vm_memcpy, &c), gb_mc = 8.0 * n / t_mc / 1e9;
+    printf("\nvmath.h array loops, %zu floats, 1 thread (GB/s of x read + y written; %% of memcpy)\n", n);
+    printf("  %-20s %8.1f\n", "memcpy (reference)", gb_mc);
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        c.fn = fs[f].fn;
+        double gb = 8.0 * n / best_time(run_vm, &c) / 1e9;
+        printf("  %-20s %8.1f  (%3.0f%%)\n", fs[f].name, gb, 100 * gb / gb_mc);
+    }
+    free(x), free(y);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) min_time = 0.08;
@@ -195,6 +236,7 @@ int main(int argc, char **argv) {
     bench_gemm(&r);
     bench_gemv(&r);
     bench_bandwidth(&r);
+    bench_vmath(&r);
     k_set_threads(1);
     return 0;
 }
