@@ -15,12 +15,12 @@
  *                exact value is subnormal (absolute error < FLT_MIN), flushed on purpose (slow on
  *                some cores, never needed here). +inf above 88.72283; exp(-inf) = 0,
  *                exp(+inf) = +inf.
- *   vlog(x)      <= 1.5 ulp [0.82] for every positive x, subnormals included; log(+-0) = -inf,
+ *   vlog(x)      <= 1.5 ulp [0.83] for every positive x, subnormals included; log(+-0) = -inf,
  *                log(x < 0) = NaN, log(+inf) = +inf, log(1) = 0.
  *   vsigmoid(x)  <= 3 ulp [2.48] where the result is >= FLT_MIN (x >= -87.33); below, absolute
  *                error < FLT_MIN (0 for x <= -88.73). Never NaN for non-NaN x: 0 at -inf,
- *                1 at +inf and for x > 16.6 (where 1 - sigmoid < 2^-25).
- *   vsilu(x)     x sigmoid(x): <= 3 ulp [2.5] for x >= -88.72; below, -0 (the exact value is
+ *                1 at +inf and for x > 16.64 (where 1 + e^-x rounds to 1).
+ *   vsilu(x)     x sigmoid(x): <= 3 ulp [2.41] for x >= -88.72; below, -0 (the exact value is
  *                smaller than 2.61e-37 in magnitude). silu(-inf) = -0, silu(+inf) = +inf.
  *   vtanh(x)     <= 2 ulp [1.33] everywhere; odd (tanh(-0) = -0, subnormals returned as they
  *                are); exactly +-1 for |x| > 9.01 and at +-inf.
