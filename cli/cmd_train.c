@@ -146,8 +146,8 @@ static int train_setup(Trainer *t, const TrainArgs *a, OptArgs *o) {
         if (!cfg.best_metric[0]) snprintf(cfg.best_metric, sizeof cfg.best_metric, "%s", is_lm ? "loss" : "seq_acc");
         if ((rc = trainer_init(t, &m, &task, &cfg)))
             return fail(rc == IM_EMISMATCH ? "omit vocab_size: it is taken from the task"
-                        : rc == IM_EIO     ? "choose a writable output folder with --out"
-                                           : "check the config keys (`implicit train --help`)");
+                        : rc == IM_EIO     ? "choose another output folder with --out, or make this one writable"
+                                           : "check the config keys and the --out folder (`implicit train --help`)");
     return 0;
 }
 
