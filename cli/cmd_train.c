@@ -305,7 +305,6 @@ int cmd_eval(int argc, char **argv) {
         return fail(NULL);
     }
     if (samples > 0) tc.eval_samples = samples;
-    if (batch < 1) { model_free(&m); err_set(IM_EINVAL, "--batch must be >= 1"); return fail(NULL); }
     struct stat csv_st;   /* the positions CSV is named after a file, not after "-" or a device */
     if (pos_buckets > 0 && csv_out && (report_is_stdout(csv_out) || (!stat(csv_out, &csv_st) && !S_ISREG(csv_st.st_mode)))) {
         model_free(&m);
