@@ -21,7 +21,7 @@
 #include "../src/io/json.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/config.h"
-#include "../src/models/params.h"
+#include "../src/core/params.h"
 #include "../src/models/model.h"
 #include "../src/models/ckpt.h"
 #include "../src/fixedpoint/fp.h"

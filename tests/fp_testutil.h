@@ -9,7 +9,7 @@
 
 #include "../src/models/ckpt.h"
 #include "../src/models/model.h"
-#include "../src/models/params.h"
+#include "../src/core/params.h"
 
 /* ---- a layer test case --------------------------------------------------------------------- */
 

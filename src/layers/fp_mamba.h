@@ -27,7 +27,7 @@
 #include <stddef.h>
 
 #include "../fixedpoint/fpo.h"
-#include "../models/params.h"
+#include "../core/params.h"
 #include "linear.h"
 #include "mixer.h"
 

@@ -36,7 +36,7 @@
 #include <stddef.h>
 
 #include "../fixedpoint/fpo.h"
-#include "../models/params.h"
+#include "../core/params.h"
 #include "fp_mamba.h"
 #include "linear.h"
 #include "mixer.h"

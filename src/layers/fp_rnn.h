@@ -37,7 +37,7 @@
 #include <stddef.h>
 
 #include "../fixedpoint/fpo.h"
-#include "../models/params.h"
+#include "../core/params.h"
 #include "fp_mamba.h"
 #include "fp_mamba2.h"
 #include "mixer.h"

@@ -32,7 +32,7 @@
 
 #include <stddef.h>
 
-#include "../models/params.h"
+#include "../core/params.h"
 #include "linear.h"
 
 typedef enum {

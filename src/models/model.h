@@ -1,8 +1,9 @@
 /* model.h: the Model vtable and registry (STYLE §8.5).
  *
  * A Model is a config, a parameter table and two flat blocks (θ and dθ with the table's layout),
- * plus family-specific state behind `impl`. Families (explicit Mamba2 LM, Llama LM, LSTM LM; the
- * implicit models later) implement ModelType and are listed once in registry.c.
+ * plus family-specific state behind `impl`. Each family (the explicit baselines, the implicit LMs,
+ * the Fixed-Point RNNs) implements a ModelType in its own file and is listed once in the registry
+ * array of model.c.
  *
  * Usage: model_create(cfg) → model_init_params(seed) or ckpt_load → model_plan(B, T) →
  * model_fwd / model_bwd (training, simultaneous) or model_state_init + model_step (generation).
@@ -13,8 +14,8 @@
 #include <stdint.h>
 
 #include "../core/rng.h"
+#include "../core/params.h"
 #include "config.h"
-#include "params.h"
 
 #define IGNORE_INDEX (-100)
 

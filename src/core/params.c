@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/check.h"
+#include "check.h"
 
 void ptab_init(ParamTable *t) { memset(t, 0, sizeof *t); }
 

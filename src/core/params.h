@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/rng.h"
+#include "rng.h"
 
 #define PARAM_NAME_LEN 96
 #define PARAM_MAX_DIM 4
