@@ -1,4 +1,5 @@
-/* fp_impl.h: internals shared by the solvers in fp.c and anderson.c (not a public header).
+/* fp_impl.h: internals shared by the solvers in fp.c, anderson.c and broyden.c, with the tracking
+ * in fp_track.c (not a public header).
  *
  * FpTrack is torchdeq's per-sample bookkeeping (solver/utils.py update_state): for each sample and
  * each stop mode the lowest residual seen and the step that gave it, and in the caller's `best`
