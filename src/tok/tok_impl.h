@@ -1,4 +1,5 @@
-/* tok_impl.h: the Tokenizer struct shared by the kinds (tokenizer.c, tok_bpe.c, tok_hf.c). */
+/* tok_impl.h: the Tokenizer struct shared by the kinds (tok_byte.c, tok_bpe.c, tok_hf.c) and the
+ * dispatch in tokenizer.c. */
 #ifndef IMPLICIT_TOK_IMPL_H
 #define IMPLICIT_TOK_IMPL_H
 
@@ -53,7 +54,7 @@ int tok_read_file(const char *path, char **buf, size_t *n);
 
 /* pieces[0..255] = the single bytes, the rest NULL; vocab entries allocated. */
 int tok_set_byte_pieces(Tokenizer *t, int vocab);
-int tok_byte_init(Tokenizer *t);
+int tok_byte_init(Tokenizer *t);                 /* tok_byte.c, both */
 int tok_bpe_load(Tokenizer *t, const char *path);  /* tok_bpe.c */
 int tok_hf_load(Tokenizer *t, const char *path);   /* tok_hf.c */
 

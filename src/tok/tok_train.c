@@ -51,7 +51,7 @@ typedef struct {
     size_t hn, hcap;
     int *touched;
     int n_touched, cap_touched;
-} Trainer;
+} BpeTrainer;
 
 static void *grow(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
@@ -64,7 +64,7 @@ static size_t hash_u64(uint64_t k, size_t cap) {
     return (size_t)(k ^ (k >> 29)) & (cap - 1);
 }
 
-static void rehash(Trainer *T, size_t cap) {
+static void rehash(BpeTrainer *T, size_t cap) {
     free(T->keys);
     free(T->slot_pair);
     T->keys = grow(NULL, cap * sizeof *T->keys);
@@ -81,7 +81,7 @@ static void rehash(Trainer *T, size_t cap) {
 }
 
 /* Index of pair (a, b), created with count 0 when add is set; -1 if absent and !add. */
-static int pair_find(Trainer *T, int a, int b, int add) {
+static int pair_find(BpeTrainer *T, int a, int b, int add) {
     uint64_t k = (uint64_t)a << 32 | (uint32_t)b;
     size_t i = hash_u64(k, T->cap);
     for (; T->keys[i] != UINT64_MAX; i = (i + 1) & (T->cap - 1))
@@ -104,7 +104,7 @@ static int pair_find(Trainer *T, int a, int b, int add) {
     return p;
 }
 
-static void pair_inc(Trainer *T, int a, int b, int w, int pos) {
+static void pair_inc(BpeTrainer *T, int a, int b, int w, int pos) {
     int i = pair_find(T, a, b, 1);  /* may move T->pairs */
     Pair *p = &T->pairs[i];
     p->count += w;
@@ -123,20 +123,20 @@ static void pair_inc(Trainer *T, int a, int b, int w, int pos) {
     }
 }
 
-static void pair_dec(Trainer *T, int a, int b, int w) {
+static void pair_dec(BpeTrainer *T, int a, int b, int w) {
     int i = pair_find(T, a, b, 0);
     CHECK(i >= 0 && T->pairs[i].count >= w, "BPE training lost count of the pair (%d, %d)", a, b);
     T->pairs[i].count -= w;
 }
 
 /* Heap order: higher count first; ties go to the smaller (a, b) so the result is deterministic. */
-static int item_before(const Trainer *T, HeapItem x, HeapItem y) {
+static int item_before(const BpeTrainer *T, HeapItem x, HeapItem y) {
     if (x.count != y.count) return x.count > y.count;
     const Pair *p = &T->pairs[x.pair], *q = &T->pairs[y.pair];
     return p->a != q->a ? p->a < q->a : p->b < q->b;
 }
 
-static void heap_push(Trainer *T, int64_t count, int pair) {
+static void heap_push(BpeTrainer *T, int64_t count, int pair) {
     if (T->hn == T->hcap) {
         T->hcap = T->hcap ? 2 * T->hcap : 1024;
         T->heap = grow(T->heap, T->hcap * sizeof *T->heap);
@@ -150,7 +150,7 @@ static void heap_push(Trainer *T, int64_t count, int pair) {
     T->heap[i] = e;
 }
 
-static HeapItem heap_pop(Trainer *T) {
+static HeapItem heap_pop(BpeTrainer *T) {
     HeapItem top = T->heap[0], last = T->heap[--T->hn];
     size_t i = 0;
     for (;;) {
@@ -165,7 +165,7 @@ static HeapItem heap_pop(Trainer *T) {
     return top;
 }
 
-static void flush_touched(Trainer *T) {
+static void flush_touched(BpeTrainer *T) {
     for (int i = 0; i < T->n_touched; i++) {
         Pair *p = &T->pairs[T->touched[i]];
         p->touched = 0;
@@ -175,7 +175,7 @@ static void flush_touched(Trainer *T) {
 }
 
 /* The pair to merge next, or -1 when the heap runs dry. */
-static int best_pair(Trainer *T) {
+static int best_pair(BpeTrainer *T) {
     while (T->hn) {
         HeapItem top = heap_pop(T);
         int64_t now = T->pairs[top.pair].count;
@@ -192,7 +192,7 @@ static int cmp_int(const void *x, const void *y) {
 }
 
 /* Replace every live occurrence of pair `best` by id x, left to right; returns the weight merged. */
-static int64_t apply_merge(Trainer *T, int best, int x) {
+static int64_t apply_merge(BpeTrainer *T, int best, int x) {
     int a = T->pairs[best].a, b = T->pairs[best].b, n = T->pairs[best].n_occ;
     int *occ = T->pairs[best].occ;
     T->pairs[best].occ = NULL;
@@ -275,7 +275,7 @@ static void words_add(WordSet *ws, const char *s, size_t len, int dedupe) {
 }
 
 /* Symbols, links and initial pair counts of the distinct chunks, in order of first appearance. */
-static void build_corpus(Trainer *T, const WordSet *ws) {
+static void build_corpus(BpeTrainer *T, const WordSet *ws) {
     size_t P = 0;
     for (int k = 0; k < ws->n; k++) P += ws->words[k].len;
     T->n_pos = (int)P;
@@ -300,7 +300,7 @@ static void build_corpus(Trainer *T, const WordSet *ws) {
     flush_touched(T);
 }
 
-static void trainer_free(Trainer *T) {
+static void bpe_trainer_free(BpeTrainer *T) {
     for (int p = 0; p < T->n_pairs; p++) free(T->pairs[p].occ);
     free(T->pairs);
     free(T->sym);
@@ -355,7 +355,7 @@ int tok_train_bpe(const char *const *texts, const size_t *lens, int n_texts, con
             i = j;
         }
     }
-    Trainer T = {0};
+    BpeTrainer T = {0};
     build_corpus(&T, &ws);
     int want = o.vocab - min_vocab, n_merges = 0;
     int *merges = grow(NULL, 2 * (size_t)(want ? want : 1) * sizeof *merges);
@@ -370,7 +370,7 @@ int tok_train_bpe(const char *const *texts, const size_t *lens, int n_texts, con
         n_merges++;
     }
     double secs = timer_now() - t0;
-    trainer_free(&T);
+    bpe_trainer_free(&T);
     if (want > 0 && n_merges == 0) {   /* a merge-less .bpe would just be the byte tokenizer under another name */
         free(ws.words);
         free(ws.slots);

@@ -1,5 +1,6 @@
-/* tokenizer.c: spec dispatch and the byte-level tokenizer (see tokenizer.h). The BPE and
- * tokenizer.json kinds live in tok_bpe.c / tok_hf.c behind tok_impl.h. */
+/* tokenizer.c: spec dispatch and the kind-independent calls (see tokenizer.h). The kinds live
+ * behind tok_impl.h: byte level in tok_byte.c, FILE.bpe in tok_bpe.c, tokenizer.json in tok_hf.c;
+ * they call down into tok_byte.c's piece setup, never back into this file. */
 #include "tokenizer.h"
 
 #include <stdlib.h>
@@ -88,36 +89,4 @@ int tok_decode(const Tokenizer *t, const int *ids, size_t n_ids, char **text, si
     *text = buf;
     *n = at;
     return IM_OK;
-}
-
-/* ---- byte level ------------------------------------------------------------------------------- */
-
-static int byte_encode(const Tokenizer *t, const char *text, size_t n, int **ids, size_t *n_ids) {
-    (void)t;
-    int *out = malloc((n ? n : 1) * sizeof *out);
-    if (!out) return err_set(IM_ENOMEM, "tokenizer: out of memory");
-    for (size_t i = 0; i < n; i++) out[i] = (unsigned char)text[i];
-    *ids = out;
-    *n_ids = n;
-    return IM_OK;
-}
-
-int tok_set_byte_pieces(Tokenizer *t, int vocab) {
-    t->vocab = vocab;
-    t->pieces = calloc((size_t)vocab, sizeof *t->pieces);
-    t->piece_len = calloc((size_t)vocab, sizeof *t->piece_len);
-    if (!t->pieces || !t->piece_len) return err_set(IM_ENOMEM, "tokenizer: out of memory");
-    for (int b = 0; b < 256 && b < vocab; b++) {
-        if (!(t->pieces[b] = malloc(1))) return err_set(IM_ENOMEM, "tokenizer: out of memory");
-        t->pieces[b][0] = (char)b;
-        t->piece_len[b] = 1;
-    }
-    return IM_OK;
-}
-
-int tok_byte_init(Tokenizer *t) {
-    t->kind = "byte";
-    t->eos = -1;
-    t->encode = byte_encode;
-    return tok_set_byte_pieces(t, 256);
 }
