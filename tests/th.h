@@ -69,6 +69,22 @@ static inline float *th_alloc(size_t n) {
  * so there the pairs that compare one code path start at two threads. */
 static inline int th_thread_base(void) { return strcmp(k_blas_name(), "none") ? 2 : 1; }
 
+/* The whole file at path, NUL-terminated (malloc'd; *n = its length if n), or NULL if it cannot
+ * be read. Tests run from the repository root (tests/run.sh), so paths are relative to it. */
+static inline char *th_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long len = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    if (len >= 0 && !fseek(f, 0, SEEK_SET) && (buf = malloc((size_t)len + 1)) != NULL) {
+        size_t got = fread(buf, 1, (size_t)len, f);
+        if (got != (size_t)len) { free(buf); buf = NULL; }
+        else { buf[got] = 0; if (n) *n = got; }
+    }
+    fclose(f);
+    return buf;
+}
+
 static inline int th_done(void) {
     printf("%s: %d passed, %d failed\n", th_name, th_passed, th_failed);
     return th_failed ? 1 : 0;

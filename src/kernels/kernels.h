@@ -25,7 +25,9 @@
 
 #include <stddef.h>
 
-/* Registry of kernel names (used by tests and benches to report coverage). */
+/* Registry of kernel names. tests/test_kernel_list.c builds a table from it, so a listed kernel
+ * needs both entry points, every declared reference needs its row here, and every row needs a test
+ * that compares the kernel with its reference. */
 #define KERNEL_LIST(X) \
     X(gemm) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
