@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs every test binary in $1 (the build folder) from the repository root, so tests find
-# tests/ref/*.safetensors, and sums their `name: N passed, N failed` lines into one closing line.
-# Exits non-zero if any binary fails or prints no summary.
+# Runs the source checks (tests/layering.sh) and every test binary in $1 (the build folder) from the
+# repository root, so tests find tests/ref/*.safetensors, and sums their `name: N passed, N failed`
+# lines into one closing line. Exits non-zero if any check fails or prints no summary.
 dir=${1:-build}
 # Tests run many tiny kernels back to back; spinning OpenMP workers only steal the other core.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -13,10 +13,15 @@ if "$dir/implicit" --version 2>/dev/null | grep -q 'mpi=yes'; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 total_pass=0; total_fail=0; bad=0
-for t in "$dir"/test_*; do
-    [ -x "$t" ] || continue
-    name=$(basename "$t")
-    if [ "$name" = test_mpi ] && [ -n "$mpi" ]; then out=$($mpi "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
+# The source checks (shell scripts over the tree) first, then the test binaries.
+for t in tests/layering.sh "$dir"/test_*; do
+    case $t in
+    *.sh) name=$(basename "$t" .sh); out=$(sh "$t" 2>&1); rc=$? ;;
+    *)
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        if [ "$name" = test_mpi ] && [ -n "$mpi" ]; then out=$($mpi "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi ;;
+    esac
     echo "$out" | grep -E '^(FAIL|skip)' | head -50
     line=$(echo "$out" | grep -E '^[A-Za-z_0-9]+: [0-9]+ passed, [0-9]+ failed' | tail -1)
     if [ -z "$line" ]; then

@@ -21,8 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/params.h"
+/* The one include of a higher folder from layers (tests/layering.sh): a Fixed-Point RNN layer is
+ * a fixed point itself, so it solves through the FixedPointOptimizer on an FpMap. */
 #include "../fixedpoint/fpo.h"
-#include "../models/params.h"
 #include "fp_mamba.h" /* FpMambaStats, the statistics type of all three layers */
 #include "linear.h"
 #include "mixer.h"
