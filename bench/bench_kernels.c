@@ -155,6 +155,8 @@ static void run_softmax(void *p) { Bufs *b = p; k_softmax(b->y, b->x, BM, BC); }
 static void run_xent(void *p) { Bufs *b = p; k_xent_fwd(b->rstd, b->x, b->t, BM, BC, -1); }
 static void run_xent_bwd(void *p) { Bufs *b = p; k_xent_bwd(b->dx, b->x, b->t, b->rstd, BM, BC, -1); }
 static void run_swiglu(void *p) { Bufs *b = p; k_swiglu_fwd(b->y, b->x, b->dy, (size_t)BM * BC); }
+static void run_softplus(void *p) { Bufs *b = p; k_softplus(b->y, b->x, b->w, BM, BC); }
+static void run_mul_sigmoid(void *p) { Bufs *b = p; k_mul_sigmoid(b->dx, b->x, b->w, BM, BC); }
 /* BM / 4 rows of 4 gates of BC: pre is x, act m; h, c, c_prev the first quarter of y, dx, v */
 static void run_lstm(void *p) {
     Bufs *b = p;
@@ -179,6 +181,8 @@ static void bench_bandwidth(Rng *r) {
         {"xent_fwd", run_xent, 4},
         {"xent_bwd", run_xent_bwd, 12}, /* read logits, dlogits; write dlogits */
         {"swiglu_fwd", run_swiglu, 12}, /* read a, b; write y */
+        {"softplus (+bias)", run_softplus, 8},
+        {"mul_sigmoid (+bias)", run_mul_sigmoid, 12}, /* read x, y; write y */
         {"lstm_cell_fwd", run_lstm, 11}, /* per gate: read pre, write act; c_prev, c, h: 1/4 each */
         {"adamw", run_adamw, 28}, /* read p, m, v, g; write p, m, v */
     };

@@ -11,6 +11,7 @@
  * a hand computation, and (with OpenMP) bit-identity of every fast kernel at 1 (2 with BLAS) and 4 threads.
  * Out of scope: SSD/RoPE/attention (test_seq_kernels.c). Max errors are printed at the end.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -505,6 +506,96 @@ static void test_activations(void) {
     TH_CHECK(isnan(y[0]) && y[1] == INFINITY, "silu: NaN -> NaN, inf -> inf (got %g, %g)", y[0], y[1]);
 }
 
+/* ---- gates ----------------------------------------------------------------------------------- */
+
+/* Elementwise: |a - b| <= ulps * 2^-23 |b| + FLT_MIN for every element (NaN only where b is NaN). */
+static void ulp_close(const char *kernel, const char *what, const float *a, const float *b, size_t n,
+                      double ulps) {
+    double max_ulp = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(b[i]) || isnan(a[i])) {
+            TH_CHECK(isnan(a[i]) && isnan(b[i]), "%s %s: NaN mismatch at %zu (%g vs %g)", kernel, what, i, a[i], b[i]);
+            continue;
+        }
+        if (a[i] == b[i]) continue; /* also equal infinities */
+        double e = (fabs((double)a[i] - b[i]) - FLT_MIN) / (ldexp(fabs((double)b[i]), -23) + 1e-300);
+        if (e > max_ulp) max_ulp = e, at = i;
+    }
+    track(kernel, E_PAR, max_ulp * 0x1p-23);
+    TH_CHECK(max_ulp <= ulps, "%s %s: %.2f ulp at %zu (%.9g vs %.9g) > %.1f", kernel, what, max_ulp, at, a[at], b[at],
+             ulps);
+}
+
+/* Bounds: the fast side's vmath.h bound plus the reference's own error (libm's expf, log1pf are
+ * correctly rounded to within 0.5-1 ulp, and each of 1 + e, 1 / (.), x * (.) adds half an ulp):
+ *   softplus  2.5 + ~1.5 (log1pf of a rounded expf)          -> 4.5
+ *   sigmoid   3 + ~1.5 (expf, 1 + e, 1 / (.))                 -> 4.5
+ *   mul_sigmoid  sigmoid's + the product's half ulp per side  -> 5.5
+ *   mul_silu     silu's 3 + the reference's silu (~2) + products -> 6.5 */
+static void test_gates_case(int M, int C, float scale) {
+    char what[48];
+    snprintf(what, sizeof what, "M=%d C=%d scale=%g", M, C, scale);
+    size_t n = (size_t)M * C;
+    float *x = rnd(n, scale), *bias = rnd((size_t)C, 2.0f), *y0 = rnd(n, 1.0f);
+    const float ext[] = {-100.0f, 100.0f, -88.5f, 88.5f, 20.0f, 20.5f, 19.9f, -20.0f, 16.7f, 1e-4f,
+                         -1e-30f, 0.0f, -87.0f, 30.0f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < n && i < sizeof ext / sizeof *ext; i++) x[i] = ext[i];
+    float *y = th_alloc(n), *yr = th_alloc(n);
+    for (int b = 0; b < 2; b++) {
+        const float *bb = b ? bias : NULL;
+        const char *w = b ? "bias" : "no bias";
+        k_softplus(y, x, bb, M, C);
+        k_softplus_ref(yr, x, bb, M, C);
+        ulp_close("softplus", w, y, yr, n, 4.5);
+        k_sigmoid(y, x, bb, M, C);
+        k_sigmoid_ref(yr, x, bb, M, C);
+        ulp_close("sigmoid", w, y, yr, n, 4.5);
+        memcpy(y, y0, n * sizeof(float)), memcpy(yr, y0, n * sizeof(float));
+        k_mul_sigmoid(y, x, bb, M, C);
+        k_mul_sigmoid_ref(yr, x, bb, M, C);
+        ulp_close("mul_sigmoid", w, y, yr, n, 5.5);
+    }
+    /* silu(-inf): libm's -inf * 0 is NaN, vsilu's the limit -0 (vmath.h); compared apart */
+    float *xs = dup(x, n);
+    for (size_t i = 0; i < n; i++) xs[i] = xs[i] == -INFINITY ? -1e4f : xs[i];
+    memcpy(y, y0, n * sizeof(float)), memcpy(yr, y0, n * sizeof(float));
+    k_mul_silu(y, xs, n);
+    k_mul_silu_ref(yr, xs, n);
+    ulp_close("mul_silu", what, y, yr, n, 6.5);
+    free(xs);
+    /* in place (y aliases x) gives the same as out of place */
+    float *xa = dup(x, n);
+    k_softplus(xa, xa, bias, M, C);
+    k_softplus(y, x, bias, M, C);
+    TH_CHECK(memcmp(xa, y, n * sizeof(float)) == 0, "softplus %s: in place differs", what);
+    memcpy(xa, x, n * sizeof(float));
+    k_sigmoid(xa, xa, bias, M, C);
+    k_sigmoid(y, x, bias, M, C);
+    TH_CHECK(memcmp(xa, y, n * sizeof(float)) == 0, "sigmoid %s: in place differs", what);
+    free(x), free(bias), free(y0), free(y), free(yr), free(xa);
+}
+
+static void test_gates(void) {
+    static const int shapes[][2] = {{1, 1}, {1, 17}, {3, 5}, {7, 33}, {64, 300}, {300, 400}};
+    for (int s = 0; s < 6; s++) {
+        test_gates_case(shapes[s][0], shapes[s][1], 3.0f);
+        test_gates_case(shapes[s][0], shapes[s][1], 40.0f);
+    }
+    /* special values, exactly */
+    float x[4] = {NAN, INFINITY, -INFINITY, 0.0f}, y[4];
+    k_softplus(y, x, NULL, 1, 4);
+    TH_CHECK(isnan(y[0]) && y[1] == INFINITY && y[2] == 0.0f && fabsf(y[3] - 0.69314718f) < 1e-7f,
+             "softplus: NaN, inf, -inf, 0 -> %g %g %g %g", y[0], y[1], y[2], y[3]);
+    k_sigmoid(y, x, NULL, 1, 4);
+    TH_CHECK(isnan(y[0]) && y[1] == 1.0f && y[2] == 0.0f && y[3] == 0.5f, "sigmoid: NaN, inf, -inf, 0 -> %g %g %g %g",
+             y[0], y[1], y[2], y[3]);
+    float g[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    k_mul_silu(g, x, 4);
+    TH_CHECK(isnan(g[0]) && g[1] == INFINITY && g[2] == 0.0f && g[3] == 0.0f, "mul_silu: NaN, inf, -inf, 0 -> %g %g %g %g",
+             g[0], g[1], g[2], g[3]);
+}
+
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 static void test_embed_case(int M, int V, int D) {
@@ -767,6 +858,16 @@ static void r_silu_fwd(void) { k_silu_fwd(O(0), G.a, TB_N); }
 static void r_silu_bwd(void) { k_silu_bwd(O(0), G.b, G.a, TB_N); }
 static void r_swiglu_fwd(void) { k_swiglu_fwd(O(0), G.a, G.b, TB_N); }
 static void r_swiglu_bwd(void) { k_swiglu_bwd(O(0), O(1), G.c, G.a, G.b, TB_N); }
+static void r_softplus(void) { k_softplus(O(0), G.a, G.c, 400, TB_N / 400); }
+static void r_sigmoid(void) { k_sigmoid(O(0), G.a, G.c, 400, TB_N / 400); }
+static void r_mul_sigmoid(void) {
+    memcpy(O(0), G.b, TB_N * sizeof(float));
+    k_mul_sigmoid(O(0), G.a, G.c, 400, TB_N / 400);
+}
+static void r_mul_silu(void) {
+    memcpy(O(0), G.b, TB_N * sizeof(float));
+    k_mul_silu(O(0), G.a, TB_N);
+}
 static void r_embed_fwd(void) { k_embed_fwd(O(0), G.ids, G.a, 600, 50, 256); }
 static void r_embed_bwd(void) { k_embed_bwd(O(0), G.a, G.ids, 600, 50, 256); }
 static void r_conv_fwd(void) { k_conv1d_fwd(O(0), G.a, G.b, G.c, 2, 200, 300, 4); }
@@ -822,7 +923,8 @@ static void test_threads(void) {
         {"rmsnorm_bwd", r_rms_bwd}, {"gated_rmsnorm_fwd", r_grms_fwd},
         {"gated_rmsnorm_bwd", r_grms_bwd}, {"softmax", r_softmax}, {"xent_fwd", r_xent_fwd},
         {"xent_bwd", r_xent_bwd}, {"silu_fwd", r_silu_fwd}, {"silu_bwd", r_silu_bwd},
-        {"swiglu_fwd", r_swiglu_fwd}, {"swiglu_bwd", r_swiglu_bwd}, {"embed_fwd", r_embed_fwd},
+        {"swiglu_fwd", r_swiglu_fwd}, {"swiglu_bwd", r_swiglu_bwd}, {"softplus", r_softplus},
+        {"sigmoid", r_sigmoid}, {"mul_sigmoid", r_mul_sigmoid}, {"mul_silu", r_mul_silu}, {"embed_fwd", r_embed_fwd},
         {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
         {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}};
@@ -841,6 +943,7 @@ int main(void) {
     test_norms();
     test_softmax_xent();
     test_activations();
+    test_gates();
     test_embed();
     test_conv1d();
     test_lstm();

@@ -32,6 +32,7 @@
     X(gemm) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
+    X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
@@ -128,6 +129,23 @@ void k_swiglu_fwd_ref(float *y, const float *a, const float *b, size_t n);
 /* da += dy * b * silu'(a);  db += dy * silu(a)      da, db may be NULL */
 void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const float *b, size_t n);
 void k_swiglu_bwd_ref(float *da, float *db, const float *dy, const float *a, const float *b, size_t n);
+
+/* ---- gates (elementwise; x:(M,C), bias:(C)|NULL added to every row, y may alias x) ----------
+ * The softplus / sigmoid / SiLU gates of the Mamba, FP-RNN and delta-rule layers. The fast
+ * versions use cpu/vmath.h (error bounds there: softplus <= 2.5 ulp, sigmoid and silu <= 3 ulp
+ * where the result is a normal float); the references use libm. */
+/* y = softplus(x + bias) = log(1 + e^(x + bias)); = x + bias above 20 (PyTorch's threshold) */
+void k_softplus(float *y, const float *x, const float *bias, int M, int C);
+void k_softplus_ref(float *y, const float *x, const float *bias, int M, int C);
+/* y = sigmoid(x + bias) */
+void k_sigmoid(float *y, const float *x, const float *bias, int M, int C);
+void k_sigmoid_ref(float *y, const float *x, const float *bias, int M, int C);
+/* y *= sigmoid(x + bias): the backward of y' = softplus(x + bias), in place on its gradient */
+void k_mul_sigmoid(float *y, const float *x, const float *bias, int M, int C);
+void k_mul_sigmoid_ref(float *y, const float *x, const float *bias, int M, int C);
+/* y *= silu(x)     x, y:(n) (a SiLU gate applied in place, or its backward onto the other input) */
+void k_mul_silu(float *y, const float *x, size_t n);
+void k_mul_silu_ref(float *y, const float *x, size_t n);
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 /* y[i] = E[ids[i]]     ids:(M)  E:(V,D)  y:(M,D) written.  CHECKs 0 <= ids[i] < V (callers

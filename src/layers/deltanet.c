@@ -4,7 +4,8 @@
  * Every projection is its own weight (FLA's q_proj, k_proj, ...), so each is one k_linear GEMM
  * straight into a contiguous array that the next kernel reads as is: k_proj's rows are ordered
  * (n, h, d), which is the kernel's (B, T, nh, H, K) layout. The recurrence is k_delta_*; what is
- * left here is elementwise per token (l2 norms, sigmoid, softplus), single-threaded, O(M H K).
+ * left here is elementwise per token (l2 norms; the sigmoid and softplus gates are k_sigmoid /
+ * k_softplus), single-threaded, O(M H K).
  * Backward order (reverse of the forward): o_proj -> output gate -> per-head RMSNorm -> k_delta_bwd
  * -> gate / beta / l2 norms -> silu -> conv -> the input projections, each adding into dx.
  * Out of scope: see deltanet.h.
@@ -31,10 +32,6 @@ static void check_cfg(const DeltaCfg *c) {
               c->HK == c->H * c->K && c->NK == c->nh * c->HK && c->NV == c->nh * c->HV && c->NB == c->nh * c->H,
           "deltanet: inconsistent cfg (use deltanet_cfg_init)");
 }
-
-/* PyTorch F.softplus (threshold 20) */
-static float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
-static float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
 /* Bump allocation over a float buffer; base NULL only counts (the _floats functions and the
  * carving share one layout). */
@@ -183,15 +180,17 @@ static void act_fwd(const DeltaCfg *c, float *out, const float *z, const float *
 /* From the projections in k->z*, za, zb (beta holds b_proj u on entry) to the kernel inputs. */
 static void front_fwd(const DeltaCfg *c, const DeltaW *w, const Keep *k, size_t M) {
     const float cb = beta_scale(c);
-    for (size_t i = 0; i < M * c->NB; i++) k->beta[i] = cb * sigmoid(k->beta[i]);
+    k_sigmoid(k->beta, k->beta, NULL, (int)M, c->NB);
+    if (cb != 1.f)
+        for (size_t i = 0; i < M * c->NB; i++) k->beta[i] *= cb;
     l2_fwd(k->q, k->rq, M * c->H, c->K, 1.f / sqrtf((float)c->K));
     l2_fwd(k->k, k->rk, M * c->NB, c->K, 1.f);
     if (!c->gated) return;
-    for (size_t m = 0; m < M; m++)
-        for (int h = 0; h < c->H; h++) {
-            size_t i = m * c->H + h;
-            k->g[i] = -expf(w->A_log[h]) * softplus(k->za[i] + w->dt_bias[h]);
-        }
+    k_softplus(k->g, k->za, w->dt_bias, (int)M, c->H); /* PyTorch F.softplus: threshold 20 */
+    for (int h = 0; h < c->H; h++) {
+        float a = -expf(w->A_log[h]);
+        for (size_t m = 0; m < M; m++) k->g[m * c->H + h] *= a;
+    }
 }
 
 /* o -> yn = RMSNorm(o) per head -> yp (gated: yn * silu(zg)) */
@@ -274,16 +273,21 @@ static void act_bwd(const DeltaCfg *c, float *d, float *tmp, float *xc, float *d
 static void gate_bwd(const DeltaCfg *c, const DeltaW *w, DeltaW *dW, float *dg, const Keep *k, size_t M) {
     const int H = c->H;
     float *dA = dW ? dW->A_log : NULL, *ddt = dW ? dW->dt_bias : NULL;
+    if (dA)
+        for (int h = 0; h < H; h++) {
+            double sa = 0;
+            for (size_t m = 0; m < M; m++) sa += (double)dg[m * H + h] * k->g[m * H + h];
+            dA[h] += (float)sa;
+        }
+    k_mul_sigmoid(dg, k->za, w->dt_bias, (int)M, H); /* softplus' = sigmoid */
     for (int h = 0; h < H; h++) {
-        double sa = 0, sd = 0;
+        double sd = 0;
         float A = expf(w->A_log[h]);
         for (size_t m = 0; m < M; m++) {
             size_t i = m * H + h;
-            sa += (double)dg[i] * k->g[i];
-            dg[i] *= -A * sigmoid(k->za[i] + w->dt_bias[h]);
+            dg[i] *= -A;
             sd += dg[i];
         }
-        if (dA) dA[h] += (float)sa;
         if (ddt) ddt[h] += (float)sd;
     }
 }

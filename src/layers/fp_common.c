@@ -293,12 +293,8 @@ void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const floa
 }
 
 void fpc_glu_bwd(float *dz, float *dop, const float *opre, const float *z, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= FPC_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float zz = z[i], sg = fpc_sigm(zz), d = dop[i];
-        dz[i] += d * opre[i] * sg * (1.0f + zz * (1.0f - sg));
-        dop[i] = d * zz * sg;
-    }
+    k_swiglu_bwd(dz, NULL, dop, z, opre, n); /* dz += dop opre silu'(z) */
+    k_mul_silu(dop, z, n);                   /* then dop <- dop silu(z) */
 }
 
 /* ---- the solve --------------------------------------------------------------------------------- */

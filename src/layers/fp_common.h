@@ -57,15 +57,6 @@ static inline size_t fpc_carved(const Carve *k) { return k->used + 16; }
 
 /* ---- small functions --------------------------------------------------------------------------- */
 
-static inline float fpc_sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
-static inline float fpc_silu(float v) { return v * fpc_sigm(v); }
-static inline float fpc_dsilu(float v) {
-    float s = fpc_sigm(v);
-    return s * (1.0f + v * (1.0f - s));
-}
-/* torch's softplus (threshold 20) */
-static inline float fpc_softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-
 /* dst[b,t] = src[b,t−1], dst[b,0] = 0; dst, src:(B,T,E). */
 void fpc_shift_fwd(float *dst, const float *src, int B, int T, int E);
 /* Its backward: dsrc[b,t−1] += ddst[b,t]. */

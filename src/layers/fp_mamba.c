@@ -227,8 +227,7 @@ static void prepare(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, const f
     k_linear_fwd(f->Bm, f->xc, w->x_proj + (size_t)R * E, NULL, M, E, N);
     k_linear_fwd(f->Cm, f->xc, w->x_proj + (size_t)(R + N) * E, NULL, M, E, N);
     k_linear_fwd(f->dtpre, f->dlow, w->dt_w, w->dt_b, M, R, E);
-#pragma omp parallel for schedule(static) if ((long)M * E >= FPC_PAR_MIN)
-    for (size_t i = 0; i < (size_t)M * E; i++) f->dt[i] = fpc_softplus(f->dtpre[i]);
+    k_softplus(f->dt, f->dtpre, NULL, M, E);
     for (size_t i = 0; i < (size_t)E * N; i++) f->A[i] = -expf(w->A_log[i]);
 }
 
@@ -242,13 +241,7 @@ static void step_fwd(const FpMambaCfg *c, const FpMambaW *w, const FwdCache *f, 
     fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, E, N, c->bc_norm);
     float *o = c->glu_in_loop ? s->opre : s->o;
     k_s6_fwd(o, NULL, s->mix.xt, f->dt, f->A, s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
-    if (c->glu_in_loop) {
-#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
-        for (size_t i = 0; i < ME; i++) {
-            float zz = f->z[i];
-            s->o[i] = s->opre[i] * zz / (1.0f + expf(-zz));
-        }
-    }
+    if (c->glu_in_loop) k_swiglu_fwd(s->o, f->z, s->opre, ME); /* o = silu(z) opre */
     layernorm_fwd(s->y, s->ln, s->o, w->ln_w, w->ln_b, M, E, c->eps);
 }
 
@@ -304,12 +297,8 @@ static void output_fwd(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, floa
     }
     fpc_shift_fwd(f->sy, y, B, T, E);
     k_linear_fwd(f->zs, f->sy, w->zy.W, NULL, M, E, E);
-#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
-    for (size_t i = 0; i < ME; i++) {
-        float a = f->zs[i] + f->z[i];
-        f->zs[i] = a;
-        f->gy[i] = a / (1.0f + expf(-a)) * y[i];
-    }
+    k_axpby(f->zs, 1.0f, f->z, 1.0f, ME);
+    k_swiglu_fwd(f->gy, f->zs, y, ME); /* gy = silu(zs) y */
     k_linear_fwd(out, f->gy, w->out_proj, NULL, M, E, c->D);
 }
 
@@ -392,12 +381,8 @@ void fp_mamba_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, float *d
     } else {
         memset(g.dgy, 0, ME * sizeof(float));
         k_linear_bwd(g.dgy, dw->out_proj, NULL, dout, f->gy, w->out_proj, M, E, D);
-#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
-        for (size_t i = 0; i < ME; i++) {
-            float a = f->zs[i], sg = fpc_sigm(a), gate = a * sg;
-            g.dy[i] = g.dgy[i] * gate;
-            g.dzs[i] = g.dgy[i] * y[i] * sg * (1.0f + a * (1.0f - sg));
-        }
+        memset(g.dzs, 0, ME * sizeof(float)); /* g.dy is zero here too: both accumulate */
+        k_swiglu_bwd(g.dzs, g.dy, g.dgy, f->zs, y, ME);
         k_axpby(g.dz, 1.0f, g.dzs, 1.0f, ME);
         memset(g.dsy, 0, ME * sizeof(float));
         k_linear_bwd(g.dsy, dw->zy.W, NULL, g.dzs, f->sy, w->zy.W, M, E, E);
@@ -411,8 +396,7 @@ void fp_mamba_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, float *d
         if (dprev) memcpy(g.dy, dprev, ME * sizeof(float));
     }
     /* prepare: Δ = softplus(dtpre), dtpre = dlow W_dtᵀ + b_dt */
-#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
-    for (size_t i = 0; i < ME; i++) g.ddt[i] *= fpc_sigm(f->dtpre[i]);
+    k_mul_sigmoid(g.ddt, f->dtpre, NULL, M, E); /* softplus' = sigmoid */
     memset(g.ddlow, 0, (size_t)M * R * sizeof(float));
     k_linear_bwd(g.ddlow, dw->dt_w, dw->dt_b, g.ddt, f->dlow, w->dt_w, M, R, E);
     k_linear_bwd(g.dxc, dw->x_proj, NULL, g.ddlow, f->xc, w->x_proj, M, E, R);
@@ -459,7 +443,7 @@ static void tok_f(void *ctx, float *out, const float *y) {
     float *o = c->glu_in_loop ? t->opre : t->o;
     k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->bbar, t->cbar, t->w->Dskip, B, E, c->N);
     if (c->glu_in_loop)
-        for (size_t i = 0; i < BE; i++) t->o[i] = t->opre[i] * t->z[i] / (1.0f + expf(-t->z[i]));
+        k_swiglu_fwd(t->o, t->z, t->opre, BE);
     layernorm_fwd(out, NULL, t->o, t->w->ln_w, t->w->ln_b, B, E, c->eps);
 }
 
@@ -526,7 +510,7 @@ int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const floa
     k_linear_fwd(t.Bm, t.xc, w->x_proj + (size_t)R * E, NULL, B, E, N);
     k_linear_fwd(t.Cm, t.xc, w->x_proj + (size_t)(R + N) * E, NULL, B, E, N);
     k_linear_fwd(t.dtpre, t.dlow, w->dt_w, w->dt_b, B, R, E);
-    for (size_t i = 0; i < BE; i++) t.dt[i] = fpc_softplus(t.dtpre[i]);
+    k_softplus(t.dt, t.dtpre, NULL, B, E);
     for (size_t i = 0; i < (size_t)E * N; i++) t.A[i] = -expf(w->A_log[i]);
     /* s = y*_{t−1} is fixed during the token's iterations, and so are p, b̄, c̄ (in place of B, C) */
     memcpy(t.s, yprev, BE * sizeof(float));
@@ -549,10 +533,8 @@ int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const floa
         k_linear_fwd(out, t.y, w->out_proj, NULL, B, E, D);
     } else {
         k_linear_fwd(t.zs, yprev, w->zy.W, NULL, B, E, E);
-        for (size_t i = 0; i < BE; i++) {
-            float a = t.zs[i] + t.z[i];
-            t.gy[i] = a / (1.0f + expf(-a)) * t.y[i];
-        }
+        k_axpby(t.zs, 1.0f, t.z, 1.0f, BE);
+        k_swiglu_fwd(t.gy, t.zs, t.y, BE);
         k_linear_fwd(out, t.gy, w->out_proj, NULL, B, E, D);
     }
     memcpy(yprev, t.y, BE * sizeof(float));

@@ -165,7 +165,7 @@ typedef struct {
     FpcMixGrad mix; /* dxt, dv, dp, ds */
     float *dop, *dz, *dx, *ddt;
     FpcBcGrad bc;   /* dbbar, dcbar, dbraw, dcraw, dB, dC */
-    float *dA, *dxbc, *dpre, *dgy, *dzs, *dsy, *mscratch;
+    float *dA, *dxbc, *dpre, *dconv, *dgy, *dzs, *dsy, *mscratch;
 } BwdScratch;
 
 static void carve_bwd_scratch(const FpMamba2Cfg *c, Carve *k, BwdScratch *s, int M) {
@@ -181,6 +181,7 @@ static void carve_bwd_scratch(const FpMamba2Cfg *c, Carve *k, BwdScratch *s, int
     s->dA = fpc_take(k, (size_t)c->H);
     s->dxbc = fpc_take(k, (size_t)M * c->C);
     s->dpre = fpc_take(k, (size_t)M * c->C);
+    s->dconv = c->conv ? fpc_take(k, (size_t)M * c->C) : NULL;
     s->dgy = fpc_take(k, ME);
     s->dzs = fpc_take(k, ME);
     s->dsy = fpc_take(k, ME);
@@ -227,9 +228,7 @@ static void prepare(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, const
         k_silu_fwd(f->xbc, f->xbc, (size_t)M * C);
     }
     split_xbc(c, f->x, f->Bm, f->Cm, f->xbc, M);
-    for (int m = 0; m < M; m++)
-        for (int h = 0; h < H; h++)
-            f->dt[(size_t)m * H + h] = fpc_softplus(f->dtraw[(size_t)m * H + h] + w->dt_bias[h]);
+    k_softplus(f->dt, f->dtraw, w->dt_bias, M, H);
     for (int h = 0; h < H; h++) f->A[h] = -expf(w->A_log[h]);
 }
 
@@ -237,8 +236,7 @@ static void prepare(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, const
 static void gate_norm(const FpMamba2Cfg *c, const FpMamba2W *w, StepBufs *s, const float *z, float *y, int M,
                       int keep_rstd) {
     size_t ME = (size_t)M * c->E;
-    if (c->glu_in_loop)
-        for (size_t i = 0; i < ME; i++) s->o[i] = s->opre[i] * z[i] * fpc_sigm(z[i]);
+    if (c->glu_in_loop) k_swiglu_fwd(s->o, z, s->opre, ME);
     k_gated_rmsnorm_fwd(y, keep_rstd ? s->rstd : NULL, s->o, z, w->norm_w, M, c->E, c->eps);
 }
 
@@ -306,11 +304,8 @@ static void output_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, fl
     }
     fpc_shift_fwd(f->sy, y, B, T, E);
     k_linear_fwd(f->zs, f->sy, w->zy.W, NULL, M, E, E);
-    for (size_t i = 0; i < ME; i++) {
-        float a = f->zs[i] + f->z[i];
-        f->zs[i] = a;
-        f->gy[i] = a * fpc_sigm(a) * y[i];
-    }
+    k_axpby(f->zs, 1.0f, f->z, 1.0f, ME);
+    k_swiglu_fwd(f->gy, f->zs, y, ME); /* gy = silu(zs) y */
     k_linear_fwd(out, f->gy, w->out_proj, NULL, M, E, c->D);
 }
 
@@ -406,11 +401,8 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
     } else {
         memset(g.dgy, 0, ME * sizeof(float));
         k_linear_bwd(g.dgy, dw->out_proj, NULL, dout, f->gy, w->out_proj, M, E, D);
-        for (size_t i = 0; i < ME; i++) {
-            float a = f->zs[i], sg = fpc_sigm(a);
-            g.dy[i] = g.dgy[i] * a * sg;
-            g.dzs[i] = g.dgy[i] * y[i] * sg * (1.0f + a * (1.0f - sg));
-        }
+        memset(g.dzs, 0, ME * sizeof(float)); /* g.dy is zero here too: both accumulate */
+        k_swiglu_bwd(g.dzs, g.dy, g.dgy, f->zs, y, ME);
         k_axpby(g.dz, 1.0f, g.dzs, 1.0f, ME);
         memset(g.dsy, 0, ME * sizeof(float));
         k_linear_bwd(g.dsy, dw->zy.W, NULL, g.dzs, f->sy, w->zy.W, M, E, E);
@@ -424,12 +416,10 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
         if (dprev) memcpy(g.dy, dprev, ME * sizeof(float));
     }
     /* prepare: Δ = softplus(δ + dt_bias), A = −exp(A_log) */
-    for (int m = 0; m < M; m++)
-        for (int h = 0; h < H; h++) {
-            size_t i = (size_t)m * H + h;
-            g.ddt[i] *= fpc_sigm(f->dtraw[i] + w->dt_bias[h]);
-            if (dw->dt_bias) dw->dt_bias[h] += g.ddt[i];
-        }
+    k_mul_sigmoid(g.ddt, f->dtraw, w->dt_bias, M, H); /* softplus' = sigmoid */
+    if (dw->dt_bias)
+        for (int m = 0; m < M; m++)
+            for (int h = 0; h < H; h++) dw->dt_bias[h] += g.ddt[(size_t)m * H + h];
     if (dw->A_log)
         for (int h = 0; h < H; h++) dw->A_log[h] += g.dA[h] * f->A[h];
     /* d xBC = [dx | dB | dC] per token */
@@ -444,13 +434,11 @@ void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, floa
         /* xbc = silu(conv(xbc_pre)): recompute the conv output for silu' */
         float *pre = g.dpre;
         k_conv1d_fwd(pre, f->xbc_pre, w->conv_w, w->conv_b, B, T, C, c->W);
-        /* in place: pre ← dxbc ⊙ silu'(pre), the gradient on the conv output */
-        for (size_t i = 0; i < (size_t)M * C; i++) {
-            float a = pre[i], sg = fpc_sigm(a);
-            pre[i] = g.dxbc[i] * sg * (1.0f + a * (1.0f - sg));
-        }
+        /* dconv = dxbc ⊙ silu'(pre), the gradient on the conv output */
+        memset(g.dconv, 0, (size_t)M * C * sizeof(float));
+        k_silu_bwd(g.dconv, g.dxbc, pre, (size_t)M * C);
         memset(g.dxbc, 0, (size_t)M * C * sizeof(float));
-        k_conv1d_bwd(g.dxbc, dw->conv_w, dw->conv_b, pre, f->xbc_pre, w->conv_w, B, T, C, c->W);
+        k_conv1d_bwd(g.dxbc, dw->conv_w, dw->conv_b, g.dconv, f->xbc_pre, w->conv_w, B, T, C, c->W);
         dxbc_pre = g.dxbc;
     }
     k_linear_bwd(du, dw->in_proj, NULL, g.dz, u, w->in_proj, M, D, E);
@@ -538,9 +526,7 @@ int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const f
         memcpy(t.xbc, t.xbc_pre, (size_t)B * C * sizeof(float));
     }
     split_xbc(c, t.x, t.Bm, t.Cm, t.xbc, B);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-            t.dt[(size_t)b * H + h] = fpc_softplus(t.dtraw[(size_t)b * H + h] + w->dt_bias[h]);
+    k_softplus(t.dt, t.dtraw, w->dt_bias, B, H);
     for (int h = 0; h < H; h++) t.A[h] = -expf(w->A_log[h]);
     /* s = y*_{t−1} is fixed during the token's iterations, and so is p */
     memcpy(t.sb.mix.s, yprev, BE * sizeof(float));
@@ -559,10 +545,8 @@ int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const f
         k_linear_fwd(out, t.y, w->out_proj, NULL, B, E, D);
     } else {
         k_linear_fwd(t.zs, yprev, w->zy.W, NULL, B, E, E);
-        for (size_t i = 0; i < BE; i++) {
-            float a = t.zs[i] + t.z[i];
-            t.gy[i] = a * fpc_sigm(a) * t.y[i];
-        }
+        k_axpby(t.zs, 1.0f, t.z, 1.0f, BE);
+        k_swiglu_fwd(t.gy, t.zs, t.y, BE);
         k_linear_fwd(out, t.gy, w->out_proj, NULL, B, E, D);
     }
     memcpy(yprev, t.y, BE * sizeof(float));

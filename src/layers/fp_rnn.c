@@ -258,10 +258,8 @@ static void prepare(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, const float
     k_linear_fwd(f->bpre, f->act[BR_B], w->b_w, NULL, M, E, E);
     k_silu_fwd(f->bg, f->bpre, ME);
     k_linear_fwd(f->lam, f->act[BR_L], w->lam_w, w->lam_b, M, E, E);
-    for (size_t i = 0; i < ME; i++) {
-        f->lam[i] = fpc_sigm(f->lam[i]);
-        f->bx[i] = f->bg[i] * f->act[BR_X][i];
-    }
+    k_sigmoid(f->lam, f->lam, NULL, M, E);
+    for (size_t i = 0; i < ME; i++) f->bx[i] = f->bg[i] * f->act[BR_X][i];
 }
 
 /* One application of f on hin (B,T): fills s and s->h. s->mcache NULL = no-grad. */
@@ -293,10 +291,8 @@ static void output_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, float *o
     k_conv1d_fwd(f->ccpre, f->cin, w->cc_w, w->cc_b, B, T, 2 * E, c->W);
     k_silu_fwd(f->cc, f->ccpre, 2 * ME);
     k_linear_fwd(f->cpre, f->cc, w->c_w, NULL, M, 2 * E, E);
-    for (size_t i = 0; i < ME; i++) {
-        f->cg[i] = fpc_silu(f->cpre[i]);
-        f->yv[i] = f->cg[i] * h[i];
-    }
+    k_silu_fwd(f->cg, f->cpre, ME);
+    for (size_t i = 0; i < ME; i++) f->yv[i] = f->cg[i] * h[i];
     k_gated_rmsnorm_fwd(f->nrm, keep_rstd ? f->rstd : NULL, f->yv, f->z, w->norm_w, M, E, c->eps);
     k_linear_fwd(out, f->nrm, w->o_proj, NULL, M, E, c->D);
 }
@@ -388,7 +384,8 @@ int fp_rnn_fwd_at(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u
 
 /* dpre = dact ⊙ silu'(pre) (written) */
 static void silu_back(float *dpre, const float *dact, const float *pre, size_t n) {
-    for (size_t i = 0; i < n; i++) dpre[i] = dact[i] * fpc_dsilu(pre[i]);
+    memset(dpre, 0, n * sizeof(float));
+    k_silu_bwd(dpre, dact, pre, n);
 }
 
 void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const float *dout, const float *u,
@@ -413,10 +410,9 @@ void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const
     k_linear_bwd(g.dnrm, dw->o_proj, NULL, dout, f->nrm, w->o_proj, M, E, D);
     memset(g.dyv, 0, ME * sizeof(float));
     k_gated_rmsnorm_bwd(g.dyv, g.dz, dw->norm_w, g.dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
-    for (size_t i = 0; i < ME; i++) {
-        g.dh[i] += g.dyv[i] * f->cg[i];
-        g.dt2[i] = g.dyv[i] * h[i] * fpc_dsilu(f->cpre[i]); /* d cpre */
-    }
+    for (size_t i = 0; i < ME; i++) g.dh[i] += g.dyv[i] * f->cg[i];
+    memset(g.dt2, 0, ME * sizeof(float)); /* d cpre: yv = silu(cpre) h */
+    k_swiglu_bwd(g.dt2, NULL, g.dyv, f->cpre, h, ME);
     memset(g.dcc, 0, 2 * ME * sizeof(float));
     k_linear_bwd(g.dcc, dw->c_w, NULL, g.dt2, f->cc, w->c_w, M, 2 * E, E);
     silu_back(g.dt1, g.dcc, f->ccpre, 2 * ME);
@@ -444,8 +440,9 @@ void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const
         float l = f->lam[i];
         g.dlam[i] *= l * (1.0f - l);
         g.dx[i] += g.dbx[i] * f->bg[i];
-        g.dt2[i] = g.dbx[i] * f->act[BR_X][i] * fpc_dsilu(f->bpre[i]); /* d bpre */
     }
+    memset(g.dt2, 0, ME * sizeof(float)); /* d bpre: bx = silu(bpre) x */
+    k_swiglu_bwd(g.dt2, NULL, g.dbx, f->bpre, f->act[BR_X], ME);
     k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g.dlam, f->act[BR_L], w->lam_w, M, E, E);
     k_linear_bwd(dact[BR_B], dw->b_w, NULL, g.dt2, f->act[BR_B], w->b_w, M, E, E);
     float *cw[N_BR] = {w->cx_w, w->cb_w, w->cl_w, w->cm_w};
@@ -537,10 +534,8 @@ int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, 
     k_linear_fwd(t.bg, t.act[BR_B], w->b_w, NULL, B, E, E);
     k_silu_fwd(t.bg, t.bg, BE);
     k_linear_fwd(t.lam, t.act[BR_L], w->lam_w, w->lam_b, B, E, E);
-    for (size_t i = 0; i < BE; i++) {
-        t.lam[i] = fpc_sigm(t.lam[i]);
-        t.bx[i] = t.bg[i] * t.act[BR_X][i];
-    }
+    k_sigmoid(t.lam, t.lam, NULL, B, E);
+    for (size_t i = 0; i < BE; i++) t.bx[i] = t.bg[i] * t.act[BR_X][i];
     /* s = h*_{t−1} is fixed during the token's iterations, and so is p */
     fpc_make_p(t.p, t.act[BR_M], hprev, B, E, c->h_dep, c->symm);
     TokCtx tc = {c, w, t.lam, t.bx, hprev, t.p, t.v, t.xt, t.mscratch, B};
@@ -558,7 +553,7 @@ int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, 
     k_conv1d_step(t.cc, cwin, cwin, t.cin, w->cc_w, w->cc_b, B, 2 * E, W);
     k_silu_fwd(t.cc, t.cc, 2 * BE);
     k_linear_fwd(t.cg, t.cc, w->c_w, NULL, B, 2 * E, E);
-    for (size_t i = 0; i < BE; i++) t.yv[i] = fpc_silu(t.cg[i]) * t.h[i];
+    k_swiglu_fwd(t.yv, t.cg, t.h, BE);
     k_gated_rmsnorm_fwd(t.nrm, NULL, t.yv, t.z, w->norm_w, B, E, c->eps);
     k_linear_fwd(out, t.nrm, w->o_proj, NULL, B, E, D);
     memcpy(hprev, t.h, BE * sizeof(float));

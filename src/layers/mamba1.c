@@ -1,7 +1,7 @@
 /* mamba1.c: the Mamba-1 mixer (spec fp-rnn §5.2): full-sequence forward, its backward, and the
  * single-token step. Equations and memory contract in mamba1.h.
  *
- * All arithmetic beyond the elementwise softplus lives in the kernels (k_gemm, k_linear_*,
+ * All arithmetic lives in the kernels (k_gemm, k_linear_*, k_softplus,
  * k_conv1d_*, k_silu_*, k_swiglu_*, k_s6_*). As in mamba2.c, the projections whose outputs are
  * split (in_proj into xin | z, x_proj into dlow | Bm | Cm) run as one GEMM per row block, each
  * writing its own contiguous array, so the kernels get contiguous inputs without copies and the
@@ -35,9 +35,6 @@ static void check_cfg(const Mamba1Cfg *c) {
     CHECK(c && c->D > 0 && c->E > 0 && c->N > 0 && c->R > 0 && c->W > 0 && c->K == c->R + 2 * c->N,
           "mamba1: inconsistent cfg (use mamba1_cfg_init)");
 }
-
-/* PyTorch F.softplus (beta 1, threshold 20). */
-static float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
 
 /* Bump allocation over a float buffer; base == NULL only counts (sizes and carving share code). */
 static float *take(float *base, size_t *off, size_t n) {
@@ -133,7 +130,7 @@ static void proj_dt_fwd(const Mamba1Cfg *c, const Mamba1W *w, const Keep *k, flo
     k_gemm(0, 1, (int)M, N, E, 1.f, xa, E, w->x_proj + (size_t)R * E, E, 0.f, k->bm, N);
     k_gemm(0, 1, (int)M, N, E, 1.f, xa, E, w->x_proj + (size_t)(R + N) * E, E, 0.f, k->cm, N);
     k_linear_fwd(k->dt, k->dl, w->dt_proj, w->dt_bias, (int)M, R, E);
-    for (size_t q = 0; q < M * E; q++) k->dt[q] = softplus(k->dt[q]);
+    k_softplus(k->dt, k->dt, NULL, (int)M, E); /* PyTorch F.softplus: beta 1, threshold 20 */
     for (size_t q = 0; q < (size_t)E * N; q++) A[q] = -expf(w->A_log[q]);
 }
 

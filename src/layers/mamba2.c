@@ -1,8 +1,8 @@
 /* mamba2.c: the Mamba2 mixer (spec implicit-lm §1.4): full-sequence forward, its backward, and
  * the single-token step used by sequential mode (§4.1).
  *
- * All arithmetic beyond the elementwise softplus/sigmoid lives in the kernels (k_gemm,
- * k_linear_*, k_conv1d_*, k_silu_*, k_ssd_*, k_gated_rmsnorm_*). The splits zgate | xBC | dtraw
+ * All arithmetic lives in the kernels (k_gemm, k_linear_*, k_softplus, k_sigmoid,
+ * k_conv1d_*, k_silu_*, k_ssd_*, k_gated_rmsnorm_*). The splits zgate | xBC | dtraw
  * of zx and xs | Bm | Cm of xBC would be strided inside a token's row, while kernels take
  * contiguous arrays; instead of copying, in_proj runs as one GEMM per row block and writes each
  * split into its own contiguous array ("blocked" zx, see in_proj_fwd), and the gradients come
@@ -42,10 +42,6 @@ static void check_cfg(const Mamba2Cfg *c) {
               c->C == c->E + 2 * c->N && c->K == 2 * c->E + 2 * c->N + c->H,
           "mamba2: inconsistent cfg (use mamba2_cfg_init)");
 }
-
-/* PyTorch F.softplus (beta 1, threshold 20): linear above 20 where log1p(exp) == x in float. */
-static float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
-static float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
 /* Bump allocation over a float buffer. With base == NULL it only counts, so the _floats
  * functions and the carving below share one layout and cannot drift apart. */
@@ -211,8 +207,7 @@ size_t mamba2_state_floats(const Mamba2Cfg *c, int B) {
 static void dt_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *dt, float *A, const float *dtraw,
                    size_t n) {
     const int H = c->H;
-    for (size_t m = 0; m < n; m++)
-        for (int h = 0; h < H; h++) dt[m * H + h] = softplus(dtraw[m * H + h] + w->dt_bias[h]);
+    k_softplus(dt, dtraw, w->dt_bias, (int)n, H); /* PyTorch F.softplus: beta 1, threshold 20 */
     for (int h = 0; h < H; h++) A[h] = -expf(w->A_log[h]);
 }
 
@@ -299,13 +294,14 @@ static void dtraw_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *ddt_bias, flo
                       const float *ddt, const float *dtraw, size_t M) {
     enum { HB = 64 };
     const int H = c->H;
+    k_sigmoid(ddtraw, dtraw, w->dt_bias, (int)M, H); /* ddtraw holds the sigmoid until scaled */
     for (int h0 = 0; h0 < H; h0 += HB) {
         int nh = H - h0 < HB ? H - h0 : HB;
         double acc[HB] = {0};
         for (size_t m = 0; m < M; m++)
             for (int j = 0; j < nh; j++) {
                 size_t i = m * H + h0 + j;
-                float g = ddt[i] * sigmoid(dtraw[i] + w->dt_bias[h0 + j]);
+                float g = ddt[i] * ddtraw[i];
                 ddtraw[i] = g;
                 acc[j] += g;
             }

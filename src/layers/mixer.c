@@ -380,8 +380,7 @@ static void activate(const MixerCfg *c, const float *raw, float *act, int M) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR)
             for (long i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
         } else {
-#pragma omp parallel for schedule(static) if (n >= EW_PAR)
-            for (long i = 0; i < n; i++) y[i] = sigm(x[i]);
+            k_sigmoid(y, x, NULL, M, c->proj[j].out);
         }
     }
 }

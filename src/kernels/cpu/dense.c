@@ -309,3 +309,43 @@ void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const f
         for (size_t i = 0; i < n; i++) db[i] += dy[i] * vsilu(a[i]);
     }
 }
+
+/* ---- gates ----------------------------------------------------------------------------------- */
+
+/* One row of a gate: yi[c] = EXPR(v) with v = xi[c] + bias[c] (or xi[c]), as two loops so that
+ * each is branch-free and vectorises. */
+#define GATE_ROW(EXPR)                                                                              \
+    do {                                                                                            \
+        const float *xi = x + (size_t)i * C;                                                        \
+        float *yi = y + (size_t)i * C;                                                              \
+        if (bias)                                                                                   \
+            for (int c = 0; c < C; c++) {                                                           \
+                float v = xi[c] + bias[c];                                                          \
+                yi[c] = EXPR;                                                                       \
+            }                                                                                       \
+        else                                                                                        \
+            for (int c = 0; c < C; c++) {                                                           \
+                float v = xi[c];                                                                    \
+                yi[c] = EXPR;                                                                       \
+            }                                                                                       \
+    } while (0)
+
+void k_softplus(float *y, const float *x, const float *bias, int M, int C) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) GATE_ROW(vsoftplus(v));
+}
+
+void k_sigmoid(float *y, const float *x, const float *bias, int M, int C) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) GATE_ROW(vsigmoid(v));
+}
+
+void k_mul_sigmoid(float *y, const float *x, const float *bias, int M, int C) {
+#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    for (int i = 0; i < M; i++) GATE_ROW(yi[c] * vsigmoid(v));
+}
+
+void k_mul_silu(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) y[i] *= vsilu(x[i]);
+}

@@ -221,6 +221,29 @@ void k_swiglu_bwd_ref(float *da, float *db, const float *dy, const float *a, con
     }
 }
 
+/* torch's softplus: threshold 20 */
+static float softplusf(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+static float bias_at(const float *bias, int c) { return bias ? bias[c] : 0.0f; }
+
+void k_softplus_ref(float *y, const float *x, const float *bias, int M, int C) {
+    for (size_t i = 0; i < (size_t)M; i++)
+        for (int c = 0; c < C; c++) y[i * C + c] = softplusf(x[i * C + c] + bias_at(bias, c));
+}
+
+void k_sigmoid_ref(float *y, const float *x, const float *bias, int M, int C) {
+    for (size_t i = 0; i < (size_t)M; i++)
+        for (int c = 0; c < C; c++) y[i * C + c] = sigmoidf(x[i * C + c] + bias_at(bias, c));
+}
+
+void k_mul_sigmoid_ref(float *y, const float *x, const float *bias, int M, int C) {
+    for (size_t i = 0; i < (size_t)M; i++)
+        for (int c = 0; c < C; c++) y[i * C + c] *= sigmoidf(x[i * C + c] + bias_at(bias, c));
+}
+
+void k_mul_silu_ref(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] *= siluf(x[i]);
+}
+
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 void k_embed_fwd_ref(float *y, const int *ids, const float *E, int M, int V, int D) {
