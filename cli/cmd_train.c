@@ -216,7 +216,7 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
     OPT(EvalArgs, json, 0, 0, "OUT", "write the curve as JSON (with --pos_buckets: and \"positions\")"),
     OPT(EvalArgs, csv, 0, 0, "OUT", "write the curve as CSV (with --pos_buckets: and OUT_positions.csv)"),
-    OPT(EvalArgs, mode, 0, 0, "M", "simultaneous | sequential (token by token) | both (and their agreement)"),
+    OPT(EvalArgs, mode, 0, 0, "M", "simultaneous | sequential (token by token) | both (and their agreement; the default for implicit models)"),
     OPT(EvalArgs, max_iters, 0, 0, "LIST", "iteration caps, e.g. 1,2,4,8,16,0: one evaluation each (0 = as trained)"),
     OPT(EvalArgs, sradius, 0, 1e6, "N", "spectral radius of df/dz at z* by N power iterations (0 = off)"),
     OPT(EvalArgs, pos_buckets, 1, 1 << 20, "N", "language models: loss by position in windows of N x W tokens"),
@@ -236,7 +236,8 @@ const CmdSpec eval_cmd = {
     "word problems and copy, answer accuracy for the formal tasks and catbabi); --json / --csv write the\n"
     "curve, one row per length (and p, and iteration cap).\n"
     "--mode both evaluates token by token and reports the argmax agreement with the simultaneous pass\n"
-    "(duality); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models).\n"
+    "(duality), and for implicit models it is the default; their rows also show the share of the solves\n"
+    "that reached f_tol (conv sim: sequences, conv seq: tokens); --max_iters repeats the evaluation per iteration cap (implicit and fixed-point models).\n"
     "The model keys below apply to implicit models (sequential mode: --seq_warm_start 1 starts from the\n"
     "previous token's fixed point, --seq_solver anderson|broyden; noise in sequential mode, spec 7) and\n"
     "to fixed-point RNNs (fp_*: --fp_eval_cap N, --fp_threshold X).\n"
@@ -268,8 +269,11 @@ static int eval_load(Model *m, TaskCfg *tc, const OptArgs *o, const CkptLoadOpts
 
 /* --mode and --max_iters (caps: up to 32 iteration caps, 0 = the checkpoint's own). */
 static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, int *n_caps) {
-    if ((*mode = eval_mode_parse(a->mode)) < 0)
-        return err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", a->mode);
+    /* implicit models: both passes and their agreement unless asked otherwise (duality is what
+     * says whether the solve reached the fixed point) */
+    const char *name = a->mode ? a->mode : !strncmp(m->cfg.model, "implicit_", 9) ? "both" : "simultaneous";
+    if ((*mode = eval_mode_parse(name)) < 0)
+        return err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", name);
     *n_caps = 1;
     caps[0] = 0;
     if (!a->max_iters) return IM_OK;
@@ -286,7 +290,7 @@ static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, i
 }
 
 int cmd_eval(int argc, char **argv) {
-    EvalArgs a = {.batch = 64, .mode = "simultaneous"};
+    EvalArgs a = {.batch = 64, .mode = NULL};
     OptArgs o;
     int rc;
     if (!opts_get(&eval_cmd, &a, argc, argv, &o, &rc)) return rc;

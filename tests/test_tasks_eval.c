@@ -77,7 +77,7 @@ static void test_formal_and_files(void) {
     TH_CHECK(text != NULL, "read csv");
     if (text) {
         const char *header =
-            "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds\n";
+            "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,conv_sim,conv_seq,seconds\n";
         TH_CHECK(!strncmp(text, header, strlen(header)), "csv header");
         int lines = 0, fields_ok = 1;
         for (char *line = text + strlen(header), *nl; *line; line = nl + 1) {
@@ -86,7 +86,7 @@ static void test_formal_and_files(void) {
             *nl = 0;
             int commas = 0;
             for (char *c = line; *c; c++) commas += *c == ',';
-            fields_ok &= commas == 14;
+            fields_ok &= commas == 16;
             double tok = 0, scaled = 0;
             char len[16];
             int lo, hi, samples;

@@ -76,7 +76,8 @@ typedef struct {
     float *cur_cache;     /* linearisation point of vjp (IFT) */
     /* step state */
     Arena st;
-    float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep;
+    float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep, *step_res;
+    int *step_first;      /* (B) sequential: per-row step diagnostics of the token's solve */
     size_t step_solver_n; /* floats of step_solver: sized for the sequential solver at state init */
     Rng noise_rng;        /* spec §7 noise, reseeded per sequence batch */
 } ImplicitLm;
@@ -452,6 +453,32 @@ static void grad_steps(Model *m, int S, float tau0, float tau, int B, int T) {
     }
 }
 
+/* The relaxed steps without gradient (evaluation of the training forward): zs[1] = zs[0], then
+ * S times zs[1] = (1−τ_i) zs[1] + τ_i f(zs[1]). */
+static void relax_steps(Model *m, int S, float tau0, float tau, int B, int T) {
+    ImplicitLm *im = m->impl;
+    size_t MD = (size_t)B * T * im->D;
+    float *z = im->zs + MD;
+    memcpy(z, im->zs, MD * sizeof(float));
+    for (int i = 0; i < S; i++) {
+        float ti = i == 0 ? tau0 : tau;
+        f_fwd(m, im->fout, z, NULL, B, T);
+        k_axpby(z, ti, im->fout, 1.0f - ti, MD);
+    }
+    im->S = 1;
+}
+
+/* Share of the B samples that reached tol: Picard / Anderson / Broyden, whose res is each sample's
+ * lowest residual, when it is below tol; the evaluation loop, whose res is each sample's ratio at
+ * the last iteration and first_below (NULL otherwise) the first iteration its ratio was below tol
+ * (`iters` if never), when it was below at some iteration. The loop stops on one batch-wide ratio,
+ * so at its stop some samples may not have reached tol yet: the share says how many. */
+static double conv_share(const float *res, const int *first_below, int iters, int B, double tol) {
+    int n = 0;
+    for (int b = 0; b < B; b++) n += res[b] < tol || (first_below && first_below[b] < iters);
+    return (double)n / B;
+}
+
 static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
     ImplicitLm *im = m->impl;
     const ModelCfg *c = &m->cfg;
@@ -467,13 +494,17 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     for (int b = 0; b < B; b++) im->sample_res[b] = 0, im->sample_step[b] = 0;
     FpOpts o;
     int rc = IM_OK;
+    /* the training forward: in training, or evaluated as such (no dropout, no gradient) */
+    int train_fwd = m->training || m->eval_solve == 1, grad = m->training;
     memset(im->zs, 0, MD * sizeof(float));   /* z0 = 0 (spec §2.3) */
-    if (m->training && m->train_step < c->pretrain_steps) {
+    if (train_fwd && m->train_step < c->pretrain_steps) {
         im->mode = MODE_UNROLLED;
         m->fp_phase = "unrolled";
-        grad_steps(m, c->pretrain_iter, 1.0f, (float)c->tau, B, T);   /* z1 = f(0): undamped first call */
+        /* z1 = f(0): undamped first call */
+        if (grad) grad_steps(m, c->pretrain_iter, 1.0f, (float)c->tau, B, T);
+        else relax_steps(m, c->pretrain_iter, 1.0f, (float)c->tau, B, T);
         st.iters = c->pretrain_iter;
-    } else if (m->training) {
+    } else if (train_fwd) {
         /* the paper's curriculum: a bounded phase ("4+1") before the free one ("32+4"), §5.3 */
         /* bounded_frac: the phase ends at that fraction of the run's steps (= of its tokens, the
          * batch being constant), warm-up included; train_total is set by the trainer */
@@ -481,25 +512,29 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
         int bounded = m->train_step < end;
         solver_opts(c, 0, &o);
         if (bounded) o.max_iter = c->bounded_f_max_iter;
-        if (o.max_iter > 0) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
-        if (c->ift) {
-            im->mode = MODE_IFT;
-            m->fp_phase = "ift";
-            grad_steps(m, 1, 1.0f, 1.0f, B, T);
-        } else {
-            im->mode = MODE_PHANTOM;
-            m->fp_phase = bounded ? "phantom (bounded)" : "phantom";
-            grad_steps(m, bounded ? c->bounded_grad : c->grad, (float)c->tau, (float)c->tau, B, T);
+        if (o.max_iter > 0) {
+            rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+            m->fp_conv = conv_share(im->sample_res, NULL, st.iters, B, o.tol);
         }
+        int S = c->ift ? 1 : bounded ? c->bounded_grad : c->grad;
+        float tau = c->ift ? 1.0f : (float)c->tau;
+        im->mode = c->ift ? MODE_IFT : MODE_PHANTOM;
+        m->fp_phase = c->ift ? "ift" : bounded ? "phantom (bounded)" : "phantom";
+        if (grad) grad_steps(m, S, tau, tau, B, T);
+        else relax_steps(m, S, tau, tau, B, T);
     } else {
         im->mode = MODE_EVAL;
         m->fp_phase = "eval";
         solver_opts(c, 1, &o);
         /* a cap of 1 (test-time compute sweeps) is the final call alone */
-        if (o.max_iter >= 2) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+        if (o.max_iter >= 2) {
+            rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+            m->fp_conv = conv_share(im->sample_res, im->sample_step, st.iters, B, o.tol);
+        }
         f_fwd(m, im->zs + MD, im->zs, NULL, B, T);   /* the final call of §3.2 */
         im->S = 1;
     }
+    if (!grad) im->mode = MODE_EVAL;   /* no backward follows */
     m->fp_iters = st.iters;
     m->fp_res = st.rel_res;
     m->fp_res_max = m->fp_step_max = 0;
@@ -673,6 +708,8 @@ static void carve_state(Model *m, Arena *a, int B, int T) {
     im->x0t = arena_floats(a, BD);
     im->xnt = arena_floats(a, BD);
     im->rstdt = arena_floats(a, (size_t)B);
+    im->step_res = arena_floats(a, (size_t)B);
+    im->step_first = arena_alloc(a, sizeof(int) * (size_t)B);
     FpOpts o;
     seq_solver_opts(&m->cfg, &o);
     im->step_solver_n = fp_scratch_floats(&o, BD, B);
@@ -721,6 +758,8 @@ static int step(Model *m, const int *ids, float *logits) {
     FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
     FpOpts o;
     FpStats st = {0};
+    st.sample_res = im->step_res;   /* per-row residuals and steps: the convergence share */
+    st.sample_step = im->step_first;
     seq_solver_opts(&m->cfg, &o);
     if (fp_scratch_floats(&o, (size_t)B * D, B) > im->step_solver_n)
         return err_set(IM_EINVAL, "the sequential solver (seq_solver, anderson_m, broyden_m) changed after "
@@ -728,6 +767,8 @@ static int step(Model *m, const int *ids, float *logits) {
     /* z0 = 0 (the reference), or the previous token's fixed point (seq_warm_start) */
     if (!m->cfg.seq_warm_start) memset(im->zt, 0, (size_t)B * D * sizeof(float));
     int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
+    if (o.max_iter >= 2)
+        m->fp_conv = conv_share(im->step_res, o.solver == FP_EVALLOOP ? im->step_first : NULL, st.iters, B, o.tol);
     ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
     step_f(&ctx, im->zt_out, im->zt);
     if (m->cfg.seq_warm_start) memcpy(im->zt, im->zt_out, (size_t)B * D * sizeof(float));

@@ -100,6 +100,7 @@ int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float 
     int rc = model_plan(m, B, T);
     if (rc) return rc;
     if ((rc = model_check_ids(m, ids, (long)B * T, "input"))) return rc;
+    m->fp_conv = -1;   /* the model sets it where a solve has a tolerance */
     return m->type->fwd(m, ids, targets, B, T, loss);
 }
 
@@ -116,6 +117,7 @@ int model_step(Model *m, const int *ids, float *logits) {
     CHECK(m->step_B > 0, "model_step before model_state_init");
     int rc = model_check_ids(m, ids, m->step_B, "input");
     if (rc) return rc;
+    m->fp_conv = -1;
     rc = m->type->step(m, ids, logits);
     if (!rc) m->pos++;
     return rc;

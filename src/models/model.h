@@ -68,6 +68,12 @@ struct Model {
     double fp_step_max;  /* training solve: latest per-sample best step; eval loop: latest step a
                           * sample alone fell below tol (the reference logs only batch means) */
     const char *fp_phase;/* "unrolled", "phantom 4+1", "ift", "eval" ... */
+    double fp_conv;      /* share of the samples (step: of this token's batch rows) whose solve reached
+                          * its tolerance; -1 where no tolerance applies (explicit models, the unrolled
+                          * warm-up, an evaluation cap of 1) */
+    int eval_solve;      /* implicit models, evaluation: 0 = the evaluation loop; 1 = the training
+                          * forward without dropout (the training solve at the curriculum's current
+                          * cap, then the phantom steps): the "training cap" side of the fixed-point gap */
     int pos;         /* tokens consumed by step since state_init */
 };
 

@@ -29,13 +29,16 @@ static int hist_bin(double iters) {
     return bin;
 }
 
-static int run_sequential(Model *m, const int *ids, int B, int T, float *logits, int *col, double *iters, long *hist) {
+/* conv[0] += rows whose token solve reached the tolerance, conv[1] += rows counted. */
+static int run_sequential(Model *m, const int *ids, int B, int T, float *logits, int *col, double *iters, long *hist,
+                          double *conv) {
     int rc = model_state_init(m, B);
     double it = 0;
     for (int t = 0; t < T && !rc; t++) {
         for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
         float *lg = logits + (size_t)B * T * m->V;   /* spare row block after the (B,T,V) logits */
         rc = model_step(m, col, lg);
+        if (m->fp_conv >= 0) conv[0] += m->fp_conv * B, conv[1] += B;
         it += m->fp_iters;
         hist[hist_bin(m->fp_iters)]++;
         for (int b = 0; b < B; b++) memcpy(logits + ((size_t)b * T + t) * m->V, lg + (size_t)b * m->V, sizeof(float) * m->V);
@@ -57,7 +60,7 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     memset(out, 0, sizeof *out);
     out->len = len;
     out->mode = mode;
-    out->agree = -1;
+    out->agree = out->conv_sim = out->conv_seq = -1;
     out->p = task_kind(t) == TASK_WORD ? p : -1.0f;
     task_eval_len_range(t, len, &out->len_min, &out->len_max);
     long long avail = task_eval_count(t, len);
@@ -85,6 +88,7 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     m->no_grad = 1;
     TaskScore s = {0};
     double loss_sum = 0, loss_n = 0, iters = 0, agree = 0, agree_n = 0, t0 = timer_now();
+    double conv_sim[2] = {0, 0}, conv_seq[2] = {0, 0};   /* converged, counted */
     int nbatch = 0;
     for (int i = 0; i < samples && !rc; i += batch) {
         int B = samples - i < batch ? samples - i : batch;
@@ -95,11 +99,12 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
             if ((rc = model_fwd(m, ids, NULL, B, T, NULL))) break;
             logits = m->logits;
             it = m->fp_iters;
+            if (m->fp_conv >= 0) conv_sim[0] += m->fp_conv * B, conv_sim[1] += B;
             if (mode == EVAL_BOTH)
                 for (int j = 0; j < B * T; j++) amax[j] = argmax(m->logits + (size_t)j * V, task_vocab(t));
         }
         if (mode != EVAL_SIMULTANEOUS) {
-            if ((rc = run_sequential(m, ids, B, T, lg, col, &it, out->iter_hist))) break;
+            if ((rc = run_sequential(m, ids, B, T, lg, col, &it, out->iter_hist, conv_seq))) break;
             logits = lg;
             if (mode == EVAL_BOTH)
                 for (int j = 0; j < B * T; j++, agree_n++) agree += amax[j] == argmax(lg + (size_t)j * V, task_vocab(t));
@@ -127,6 +132,8 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     out->scaled_acc = (out->tok_acc - out->chance) / (1 - out->chance);
     out->iters = nbatch ? iters / nbatch : 0;
     out->agree = agree_n > 0 ? agree / agree_n : -1;
+    out->conv_sim = conv_sim[1] > 0 ? conv_sim[0] / conv_sim[1] : -1;
+    out->conv_seq = conv_seq[1] > 0 ? conv_seq[0] / conv_seq[1] : -1;
     out->ppl = task_kind(t) == TASK_LM ? exp(out->loss) : 0;
     out->seconds = timer_now() - t0;
     return IM_OK;
@@ -139,6 +146,26 @@ int eval_run(Model *m, const Task *t, int len, float p, int samples, int batch, 
 int eval_run_progress(Model *m, const Task *t, int len, float p, int samples, int batch, int mode, EvalRow *out,
                       EvalProgressFn progress, void *ctx) {
     return eval_core(m, t, len, p, samples, batch, mode, out, NULL, NULL, progress, ctx);
+}
+
+int eval_gap(Model *m, const Task *t, int len, float p, int samples, int batch, double tol, int max_iter, EvalGap *out) {
+    memset(out, 0, sizeof *out);
+    if (strncmp(m->cfg.model, "implicit_", 9))
+        return err_set(IM_EINVAL, "the fixed-point gap applies to implicit models (this is '%s')", m->cfg.model);
+    if (!(tol > 0) || max_iter < 2)
+        return err_set(IM_EINVAL, "fixed-point gap: the tight solve needs tol > 0 and max_iter >= 2 (got %g, %d)", tol, max_iter);
+    m->eval_solve = 1;
+    int rc = eval_core(m, t, len, p, samples, batch, EVAL_SIMULTANEOUS, &out->train_cap, NULL, NULL, NULL, NULL);
+    m->eval_solve = 0;
+    if (rc) return rc;
+    double own_tol = m->cfg.f_tol;
+    int own_cap = m->cfg.eval_f_max_iter;
+    m->cfg.f_tol = tol;
+    m->cfg.eval_f_max_iter = max_iter;
+    rc = eval_core(m, t, len, p, samples, batch, EVAL_SIMULTANEOUS, &out->tight, NULL, NULL, NULL, NULL);
+    m->cfg.f_tol = own_tol;
+    m->cfg.eval_f_max_iter = own_cap;
+    return rc;
 }
 
 int eval_positions(Model *m, const Task *t, int len, int width, int samples, int batch, int mode, EvalPos *out) {
@@ -217,13 +244,16 @@ static void len_label(const EvalRow *r, char *buf, size_t cap) {
 }
 
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {
-    int implicit = 0, both = 0, scaled = 0, lm = 0;
+    int implicit = 0, both = 0, scaled = 0, lm = 0, csim = 0, cseq = 0;
     for (int i = 0; i < n; i++)
-        implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0, lm |= rows[i].ppl > 0;
-    fprintf(f, "| length |    p | mode         | samples |   loss |%s tok acc | last10 acc | seq acc |%s%s%s\n",
-            lm ? "      ppl |" : "", scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "");
-    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|%s--------:|-----------:|--------:|%s%s%s\n",
-            lm ? "---------:|" : "", scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "");
+        implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0, lm |= rows[i].ppl > 0,
+            csim |= rows[i].conv_sim >= 0, cseq |= rows[i].conv_seq >= 0;
+    fprintf(f, "| length |    p | mode         | samples |   loss |%s tok acc | last10 acc | seq acc |%s%s%s%s%s\n",
+            lm ? "      ppl |" : "", scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "",
+            csim ? " conv sim |" : "", cseq ? " conv seq |" : "");
+    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|%s--------:|-----------:|--------:|%s%s%s%s%s\n",
+            lm ? "---------:|" : "", scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "",
+            csim ? "---------:|" : "", cseq ? "---------:|" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char p[16], len[16];
@@ -236,6 +266,9 @@ void eval_print_table(const EvalRow *rows, int n, FILE *f) {
         if (scaled) fprintf(f, " %6.3f |", r->scaled_acc);
         if (implicit) fprintf(f, " %6d | %5.1f |", r->max_iter, r->iters);
         if (both) fprintf(f, " %4.1f%% |", r->agree >= 0 ? 100 * r->agree : 0.0);
+        /* share of solves that reached the tolerance; "-" where that mode did not run */
+        if (csim) r->conv_sim >= 0 ? fprintf(f, "   %5.1f%% |", 100 * r->conv_sim) : fprintf(f, "        - |");
+        if (cseq) r->conv_seq >= 0 ? fprintf(f, "   %5.1f%% |", 100 * r->conv_seq) : fprintf(f, "        - |");
         fputc('\n', f);
     }
 }
@@ -285,7 +318,7 @@ static int emit_csv(FILE *f, void *ctx) {
     char a[32], b[32], c[32], d[32];
     int lm = 0;
     for (int i = 0; i < n; i++) lm |= rows[i].ppl > 0;
-    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds%s\n",
+    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,conv_sim,conv_seq,seconds%s\n",
             lm ? ",ppl" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
@@ -297,7 +330,9 @@ static int emit_csv(FILE *f, void *ctx) {
         fprintf(f, "%s,", r->chance > 0 ? num(a, sizeof a, r->scaled_acc) : "");
         if (r->max_iter > 0) fprintf(f, "%d,%s,", r->max_iter, num(a, sizeof a, r->iters));
         else fprintf(f, ",,");
-        fprintf(f, "%s,%.6f", r->agree >= 0 ? num(a, sizeof a, r->agree) : "", r->seconds);
+        fprintf(f, "%s,", r->agree >= 0 ? num(a, sizeof a, r->agree) : "");
+        fprintf(f, "%s,", r->conv_sim >= 0 ? num(a, sizeof a, r->conv_sim) : "");
+        fprintf(f, "%s,%.6f", r->conv_seq >= 0 ? num(a, sizeof a, r->conv_seq) : "", r->seconds);
         if (lm) fprintf(f, ",%s", r->ppl > 0 ? num(a, sizeof a, r->ppl) : "");
         fputc('\n', f);
     }
@@ -411,6 +446,8 @@ int eval_write_json_pos(const char *path, const char *ckpt, const char *task, co
         json_buf_kv_str(&b, "mode", eval_mode_name(r->mode));
         if (r->max_iter > 0) json_buf_kv_int(&b, "max_iter", r->max_iter), json_buf_kv_num(&b, "iters", r->iters);
         if (r->agree >= 0) json_buf_kv_num(&b, "agree", r->agree);
+        if (r->conv_sim >= 0) json_buf_kv_num(&b, "conv_sim", r->conv_sim);
+        if (r->conv_seq >= 0) json_buf_kv_num(&b, "conv_seq", r->conv_seq);
         json_buf_kv_num(&b, "seconds", r->seconds);
         json_buf_end_obj(&b);
     }

@@ -28,6 +28,8 @@ typedef struct {
     int max_iter;     /* implicit models: the eval iteration cap used (0: explicit model) */
     double iters;     /* mean solver f-evaluations per forward (simultaneous) or per token */
     double agree;     /* EVAL_BOTH: argmax agreement simultaneous vs sequential (-1: not run) */
+    double conv_sim;  /* simultaneous: share of the sequences whose solve reached f_tol (-1: not run / no tolerance) */
+    double conv_seq;  /* sequential: share of the (sequence, token) solves that reached f_tol (-1: likewise) */
     long iter_hist[EVAL_HIST_BINS]; /* sequential: tokens whose solve took iterations in bin k */
     float p;          /* word-problem p (-1: not applicable) */
     int samples;
@@ -68,6 +70,16 @@ void eval_print_positions(const EvalPos *pos, int n, FILE *f);
  * positions; max_iter empty for explicit models). A report (io/atomic.h; "-" = stdout). */
 int eval_write_pos_csv(const char *path, const EvalPos *pos, int n);
 
+/* The fixed-point gap of an implicit model at one (length, p): the training forward (the training
+ * solve at the curriculum's current cap and tolerance, then the phantom steps; no dropout)
+ * against a tight solve (the evaluation loop at tolerance `tol` with cap `max_iter`), both
+ * simultaneous, on the same samples. A model that has learned its fixed point scores the same on
+ * both; one that has learned the truncated iterate scores better at the training cap. */
+typedef struct {
+    EvalRow train_cap, tight;
+} EvalGap;
+int eval_gap(Model *m, const Task *t, int len, float p, int samples, int batch, double tol, int max_iter, EvalGap *out);
+
 /* Value of a metric by name ("seq_acc", "tok_acc", "last10_acc", "scaled_acc", "loss"); *higher_is_better set. */
 int eval_metric(const EvalRow *r, const char *name, double *value, int *higher_is_better);
 /* Print the per-token iteration histograms of the sequential rows (nothing if none). */
@@ -79,13 +91,13 @@ void eval_print_table(const EvalRow *rows, int n, FILE *f);
  * the shortest where it is <= thr (0 when none); the val row never counts. */
 void eval_length_summary(const EvalRow *rows, int n, const char *metric, double thr, int *longest, int *first_fail);
 /* The curve as CSV: a header line, then one line per row with the columns
- * len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,seconds
+ * len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,conv_sim,conv_seq,seconds
  * (len "val" for the val mix; empty cells where a value does not apply), plus a last column ppl
  * when the rows are language-modelling rows (task lm). A report (io/atomic.h; "-" = stdout). */
 int eval_write_csv(const char *path, const EvalRow *rows, int n);
 /* The curve as JSON: {"checkpoint", "task", "metric", "threshold", "longest_len", "first_fail_len",
  * "rows": [{len, p?, samples, loss, ppl?, tok_acc, last10_acc, seq_acc, chance?, scaled_acc?, mode,
- * max_iter?, iters?, agree?, seconds}]} with len "val" plus len_min / len_max for the val mix.
+ * max_iter?, iters?, agree?, conv_sim?, conv_seq?, seconds}]} with len "val" plus len_min / len_max for the val mix.
  * ckpt, task may be NULL (left out); metric NULL leaves out metric, threshold and the length
  * summary (language models have no accuracy criterion). A report (io/atomic.h; "-" = stdout). */
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,

@@ -28,6 +28,9 @@
     X(INT, eval_every, 200, "steps between evaluations (0 = only at the end)")                         \
     X(INT, eval_batch, 64, "sequences per evaluation batch")                                           \
     X(STR, eval_mode, "simultaneous", "simultaneous | sequential | both (sequential + duality agreement)") \
+    X(INT, gap_samples, 64, "implicit models: sequences per (length, p) for the fixed-point gap at every evaluation (0 = off)") \
+    X(FLOAT, gap_tol, 1e-3, "fixed-point gap: tolerance of the tight solve")                          \
+    X(INT, gap_max_iter, 512, "fixed-point gap: iteration cap of the tight solve")                    \
     X(INT, ckpt_every, 500, "steps between checkpoints (0 = only at the end)")                         \
     X(STR, best_metric, "seq_acc", "metric that selects best.safetensors: seq_acc | tok_acc | last10_acc | loss") \
     X(STR, on_nan, "stop", "stop | skip: what a NaN/inf loss, an exploding gradient or divergence does")  \
@@ -43,7 +46,8 @@
 #define TRAIN_CFG_BOUNDS(X)                                                                            \
     X(steps, 1, 100000000) X(batch, 1, 65536) X(grad_accum, 1, 65536) X(warmup, 0, 1 << 30)            \
     X(decay_embeddings, 0, 1) X(seed, -2147483647, 2147483647) X(threads, 0, 4096)                     \
-    X(log_every, 1, 1 << 30) X(eval_every, 0, 1 << 30) X(eval_batch, 1, 65536) X(ckpt_every, 0, 1 << 30) \
+    X(log_every, 1, 1 << 30) X(eval_every, 0, 1 << 30) X(eval_batch, 1, 65536) X(gap_samples, 0, 1 << 30) \
+    X(gap_max_iter, 2, 1 << 20) X(ckpt_every, 0, 1 << 30) \
     X(overwrite, 0, 1) X(diverge_window, 1, 100000) X(diverge_warmup, 0, 1 << 30) X(diverge_steps, 1, 100000)
 
 typedef struct {

@@ -47,6 +47,7 @@ int train_cfg_validate(const TrainCfg *c) {
     if (!(c->eps > 0)) BAD("train key 'eps' must be > 0");
     if (c->weight_decay < 0) BAD("train key 'weight_decay' must be >= 0");
     if (c->clip < 0) BAD("train key 'clip' must be >= 0");
+    if (!(c->gap_tol > 0)) BAD("train key 'gap_tol' must be > 0");
     EvalRow r = {0};
     double v;
     int hib;
@@ -345,10 +346,75 @@ static void log_eval(Trainer *t, const EvalRow *r) {
         json_buf_key(&b, "iters"); json_buf_num(&b, r->iters);
     }
     if (r->agree >= 0) { json_buf_key(&b, "agree"); json_buf_num(&b, r->agree); }
+    if (r->conv_sim >= 0) { json_buf_key(&b, "conv_sim"); json_buf_num(&b, r->conv_sim); }
+    if (r->conv_seq >= 0) { json_buf_key(&b, "conv_seq"); json_buf_num(&b, r->conv_seq); }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
     json_buf_free(&b);
+}
+
+/* One "gap" record: the best metric and the loss at the training cap and at the tight solve. */
+static void log_gap(Trainer *t, const EvalGap *g, double v_train, double v_tight) {
+    if (!t->log) return;
+    const EvalRow *a = &g->train_cap, *z = &g->tight;
+    JsonBuf b;
+    json_buf_init(&b, 0);
+    json_buf_begin_obj(&b);
+    json_buf_kv_str(&b, "type", "gap");
+    json_buf_kv_int(&b, "step", t->step);
+    json_buf_kv_int(&b, "len", a->len);
+    if (a->p >= 0) json_buf_kv_num(&b, "p", a->p);
+    json_buf_kv_int(&b, "samples", a->samples);
+    json_buf_kv_str(&b, "metric", t->cfg.best_metric);
+    json_buf_kv_num(&b, "train_cap", v_train);
+    json_buf_kv_num(&b, "tight", v_tight);
+    json_buf_kv_num(&b, "gap", v_train - v_tight);
+    json_buf_kv_num(&b, "loss_train_cap", a->loss);
+    json_buf_kv_num(&b, "loss_tight", z->loss);
+    json_buf_kv_num(&b, "iters_train_cap", a->iters);
+    json_buf_kv_num(&b, "iters_tight", z->iters);
+    if (a->conv_sim >= 0) json_buf_kv_num(&b, "conv_train_cap", a->conv_sim);
+    if (z->conv_sim >= 0) json_buf_kv_num(&b, "conv_tight", z->conv_sim);
+    json_buf_kv_num(&b, "tol", t->cfg.gap_tol);
+    json_buf_kv_int(&b, "max_iter", t->cfg.gap_max_iter);
+    json_buf_end_obj(&b);
+    fprintf(t->log, "%s\n", b.data);
+    fflush(t->log);
+    json_buf_free(&b);
+}
+
+/* The fixed-point gap of an implicit model at every eval (length, p): logged, and the largest
+ * one shown above the progress bar. */
+static int eval_gaps(Trainer *t, Progress *pg) {
+    if (t->cfg.gap_samples <= 0 || strncmp(t->mcfg.model, "implicit_", 9)) return IM_OK;
+    const int *lens;
+    const float *ps;
+    int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps), hib = 1;
+    int samples = t->cfg.gap_samples < t->tcfg.eval_samples ? t->cfg.gap_samples : t->tcfg.eval_samples;
+    char msg[512] = "";
+    double worst = -INFINITY;
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < np; j++) {
+            EvalGap g;
+            int rc = eval_gap(&t->model, t->task, lens[i], ps[j], samples, t->cfg.eval_batch, t->cfg.gap_tol,
+                              t->cfg.gap_max_iter, &g);
+            if (rc) return err_wrap(rc, "fixed-point gap");
+            double a = 0, z = 0;
+            eval_metric(&g.train_cap, t->cfg.best_metric, &a, &hib);
+            eval_metric(&g.tight, t->cfg.best_metric, &z, &hib);
+            log_gap(t, &g, a, z);
+            /* the gap that matters: how much better the truncated answer is than the fixed point */
+            double d = hib ? a - z : z - a;
+            if (d > worst) {
+                worst = d;
+                snprintf(msg, sizeof msg, "fixed-point gap @ step %d, length %d: %s %.4f at the training cap, %.4f at "
+                         "tol %g (%.1f iterations, %.0f%% converged)", t->step, lens[i], t->cfg.best_metric, a, z,
+                         t->cfg.gap_tol, g.tight.iters, g.tight.conv_sim >= 0 ? 100 * g.tight.conv_sim : 0.0);
+            }
+        }
+    if (msg[0] && pg && pg->mode != PROGRESS_NONE) progress_note(pg, msg);
+    return IM_OK;
 }
 
 /* trainer_eval, drawing its progress on pg (NULL: none). */
@@ -378,6 +444,8 @@ static int eval_all(Trainer *t, Progress *pg) {
             eval_metric(r, t->cfg.best_metric, &v, &hib);
             sum += v;
         }
+    int rc = eval_gaps(t, pg);
+    if (rc) return rc;
     /* best = mean of the metric over all eval lengths and p values */
     double score = sum / t->n_last_eval;
     t->last_score = score;
@@ -417,6 +485,7 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
         json_buf_key(&b, "fp_rel_res"); json_buf_num(&b, t->model.fp_res);
         json_buf_key(&b, "fp_rel_res_max"); json_buf_num(&b, t->model.fp_res_max);
         json_buf_key(&b, "fp_step_max"); json_buf_num(&b, t->model.fp_step_max);
+        if (t->model.fp_conv >= 0) { json_buf_key(&b, "fp_conv"); json_buf_num(&b, t->model.fp_conv); }
     }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
@@ -578,7 +647,12 @@ int trainer_run(Trainer *t, int stop_at) {
             log_step(t, loss, acc, gnorm, lr, tok_s, now - t0);
             char fp[96] = "";
             if (t->model.fp_phase)
-                snprintf(fp, sizeof fp, "%s: %.0f it, res %.2g", t->model.fp_phase, t->model.fp_iters, t->model.fp_res);
+            {
+                int k = snprintf(fp, sizeof fp, "%s: %.0f it, res %.2g", t->model.fp_phase, t->model.fp_iters, t->model.fp_res);
+                /* the share of the batch's samples whose training solve reached f_tol */
+                if (t->model.fp_conv >= 0 && k > 0 && k < (int)sizeof fp)
+                    snprintf(fp + k, sizeof fp - k, ", %.0f%% at tol", 100 * t->model.fp_conv);
+            }
             progress_update(&pg, t->step, loss, acc, tok_s, fp[0] ? fp : NULL);
             t_log = now;
             tokens_since_log = 0;
