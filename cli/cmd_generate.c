@@ -197,7 +197,7 @@ int cmd_generate(int argc, char **argv) {
     if (isatty(STDOUT_FILENO) && !sink.last_nl) fputc('\n', stdout);
     fflush(stdout);
     double rss = peak_rss_mb();
-    int implicit = !strncmp(m.cfg.model, "implicit_", 9) || !strncmp(m.cfg.model, "fp_", 3);
+    int implicit = model_is_fixed_point(&m);
     fprintf(stderr, "[%s, %s tokenizer] prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s "
             "(%.1f tok/s); stop: %s\n",
             m.type->name, tok_kind(tok), st.n_prompt, st.prompt_s, st.prompt_s > 0 ? st.n_prompt / st.prompt_s : 0,

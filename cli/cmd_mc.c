@@ -92,7 +92,7 @@ int cmd_mc(int argc, char **argv) {
     McOpts o = {delim, isatty(STDERR_FILENO) ? progress : NULL, NULL};
     rc = res ? mc_run(&m, tok, &task, &o, res, &sum) : err_set(IM_ENOMEM, "out of memory");
     if (!rc) {
-        int implicit = !strncmp(m.cfg.model, "implicit_", 9) || !strncmp(m.cfg.model, "fp_", 3);
+        int implicit = model_is_fixed_point(&m);
         printf("%s on %s: %d items, %ld forwards, %s model, %s tokenizer\n", ckpt, task_path, sum.n, sum.forwards,
                m.type->name, tok_spec(tok));
         printf("acc         %.4f\n", sum.acc);

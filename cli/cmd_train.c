@@ -184,7 +184,7 @@ static void pos_csv_path(const char *csv, char *out, size_t cap) {
 /* Loss by position (one entry per iteration cap) for --pos_buckets; *pos is malloc'ed. */
 static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, int samples, int batch, int mode,
                         const int *caps, int n_caps, EvalPos **pos) {
-    int is_fp = !strncmp(m->cfg.model, "fp_", 3), own_cap = is_fp ? m->cfg.fp_eval_cap : m->cfg.eval_f_max_iter;
+    int is_fp = m->type->family == MODEL_FP_RNN, own_cap = is_fp ? m->cfg.fp_eval_cap : m->cfg.eval_f_max_iter;
     if (task_kind(task) != TASK_LM) return err_set(IM_EINVAL, "--pos_buckets applies to language models (task lm) only");
     if (width < 1) width = task_cfg(task)->context;
     if (n_buckets > EVAL_MAX_BUCKETS) return err_set(IM_EINVAL, "--pos_buckets: at most %d", EVAL_MAX_BUCKETS);
@@ -284,7 +284,7 @@ static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, i
         while (*q && *q != ',') q++;
         if (!*q) break;
     }
-    if (strncmp(m->cfg.model, "implicit_", 9) && strncmp(m->cfg.model, "fp_", 3))
+    if (!model_is_fixed_point(m))
         return err_set(IM_EINVAL, "--max_iters applies to implicit and fixed-point models only (this is '%s')", m->cfg.model);
     return IM_OK;
 }
@@ -332,7 +332,7 @@ int cmd_eval(int argc, char **argv) {
     const float *ps;
     int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0;
     EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
-    int is_fp = !strncmp(m.cfg.model, "fp_", 3), own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
+    int is_fp = m.type->family == MODEL_FP_RNN, own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
     int is_lm = task_kind(task) == TASK_LM;
     EvalPos *pos = NULL;
     if (pos_buckets > 0)

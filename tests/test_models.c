@@ -285,8 +285,25 @@ static void alloc_failure(void) {
 #endif
 }
 
+/* Every registry row says which kind of network it is; code branches on that, not on names. */
+static void families(void) {
+    static const struct { const char *name; ModelFamily f; } want[] = {
+        {"mamba2", MODEL_EXPLICIT},         {"llama", MODEL_EXPLICIT},         {"lstm", MODEL_EXPLICIT},
+        {"mamba1", MODEL_EXPLICIT},         {"deltanet", MODEL_EXPLICIT},      {"gated_deltanet", MODEL_EXPLICIT},
+        {"implicit_mamba2", MODEL_IMPLICIT}, {"implicit_llama", MODEL_IMPLICIT}, {"fp_mamba", MODEL_FP_RNN},
+        {"fp_mamba2", MODEL_FP_RNN},        {"fp_rnn", MODEL_FP_RNN}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ModelType *t = model_type_find(want[i].name);
+        TH_CHECK(t && t->family == want[i].f, "%s: family %s, expected %s", want[i].name,
+                 t ? model_family_name(t->family) : "(not registered)", model_family_name(want[i].f));
+    }
+    TH_CHECK(!strcmp(model_family_name(MODEL_FP_RNN), "fp_rnn") && !strcmp(model_family_name(MODEL_N_FAMILY), "?"),
+             "family names");
+}
+
 int main(void) {
     th_name = "test_models";
+    families();
     config_bounds();
     alloc_failure();
     check_ref("tests/ref/mamba2.safetensors");

@@ -794,7 +794,7 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_implicit_mamba2 = {"implicit_mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
+const ModelType model_implicit_mamba2 = {"implicit_mamba2", MODEL_IMPLICIT, build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
                                          post_init, spectral_radius};
-const ModelType model_implicit_llama = {"implicit_llama", build_llama, plan, fwd, bwd, state_init, step, free_impl,
+const ModelType model_implicit_llama = {"implicit_llama", MODEL_IMPLICIT, build_llama, plan, fwd, bwd, state_init, step, free_impl,
                                         post_init, spectral_radius};

@@ -248,5 +248,5 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_mamba2_lm = {"mamba2", build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
-const ModelType model_llama_lm = {"llama", build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+const ModelType model_mamba2_lm = {"mamba2", MODEL_EXPLICIT, build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+const ModelType model_llama_lm = {"llama", MODEL_EXPLICIT, build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};

@@ -254,10 +254,10 @@ void lm_resid_free(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1");
-const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba");
-const ModelType model_fp_mamba2_lm = LM_RESID_TYPE("fp_mamba2");
-const ModelType model_fp_rnn_lm = LM_RESID_TYPE("fp_rnn");
+const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1", MODEL_EXPLICIT);
+const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba", MODEL_FP_RNN);
+const ModelType model_fp_mamba2_lm = LM_RESID_TYPE("fp_mamba2", MODEL_FP_RNN);
+const ModelType model_fp_rnn_lm = LM_RESID_TYPE("fp_rnn", MODEL_FP_RNN);
 
 /* ==== mixer kind "mamba1" (layers/mamba1.h) ======================================================
  * X(member, name suffix, init, a, b, decay, ndim, d0, d1, d2) with D, E, N, R, W, K from the

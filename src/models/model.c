@@ -27,6 +27,17 @@ const ModelType *model_type_find(const char *name) {
     return NULL;
 }
 
+static const char *const FAMILY_NAMES[] = {
+#define X(id, name) name,
+    MODEL_FAMILY_LIST(X)
+#undef X
+};
+_Static_assert(sizeof FAMILY_NAMES / sizeof FAMILY_NAMES[0] == MODEL_N_FAMILY, "one name per ModelFamily");
+
+const char *model_family_name(ModelFamily f) { return f >= 0 && f < MODEL_N_FAMILY ? FAMILY_NAMES[f] : "?"; }
+
+int model_is_fixed_point(const Model *m) { return m->type->family != MODEL_EXPLICIT; }
+
 const char *model_type_names(void) {
     static char buf[256];
     size_t at = 0;

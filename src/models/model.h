@@ -21,8 +21,22 @@
 
 typedef struct Model Model;
 
+/* What kind of network a family is: code that treats the kinds differently (evaluation caps,
+ * solver statistics, generation) asks the registry row, never the family's name. */
+#define MODEL_FAMILY_LIST(X)                                                                       \
+    X(MODEL_EXPLICIT, "explicit") /* one pass per layer: Mamba2, Llama, LSTM, Mamba1, DeltaNet */ \
+    X(MODEL_IMPLICIT, "implicit") /* a DEQ over the layer stack: implicit_mamba2, implicit_llama */ \
+    X(MODEL_FP_RNN, "fp_rnn")     /* a fixed point in time per layer: fp_mamba, fp_mamba2, fp_rnn */
+typedef enum {
+#define X(id, name) id,
+    MODEL_FAMILY_LIST(X)
+#undef X
+    MODEL_N_FAMILY
+} ModelFamily;
+
 typedef struct {
     const char *name;                               /* registry key = cfg.model */
+    ModelFamily family;
     int (*build)(Model *m);                         /* fill m->tab and m->impl from m->cfg */
     int (*plan)(Model *m, int B, int T);            /* size and allocate activations */
     /* Forward over ids:(B,T); fills m->logits (B,T,V_pad). With targets:(B,T) (IGNORE_INDEX
@@ -79,6 +93,9 @@ struct Model {
 
 const ModelType *model_type_find(const char *name);
 const char *model_type_names(void);                /* "mamba2 | llama | lstm" */
+const char *model_family_name(ModelFamily f);      /* "explicit" | "implicit" | "fp_rnn" */
+/* 1 for the families that solve a fixed point (implicit LMs and Fixed-Point RNNs). */
+int model_is_fixed_point(const Model *m);
 /* Validate cfg, build the table, allocate θ and dθ (zeroed). */
 int model_create(Model *m, const ModelCfg *cfg);
 void model_free(Model *m);

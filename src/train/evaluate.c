@@ -68,8 +68,8 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     out->samples = samples;
     out->chance = task_chance(t);
     out->max_iter = m->cfg.eval_f_max_iter > 0 ? m->cfg.eval_f_max_iter : (int)(m->cfg.f_max_iter * m->cfg.eval_factor);
-    if (!strncmp(m->cfg.model, "fp_", 3)) out->max_iter = m->cfg.fp_eval_cap; /* Fixed-Point RNNs */
-    else if (strncmp(m->cfg.model, "implicit_", 9)) out->max_iter = 0;
+    if (m->type->family == MODEL_FP_RNN) out->max_iter = m->cfg.fp_eval_cap;
+    else if (m->type->family == MODEL_EXPLICIT) out->max_iter = 0;
     if (len < 1 && !(len == TASK_LEN_VAL && task_chance(t) > 0))
         return err_set(IM_EINVAL, "evaluation length %d must be >= 1", len);
     if (samples < 1 || batch < 1) return err_set(IM_EINVAL, "evaluation needs samples >= 1 and batch >= 1");
