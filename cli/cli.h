@@ -17,7 +17,9 @@ CLI_COMMANDS(CLI_DECLARE)
 
 /* The hint after a failed checkpoint load (a NaN/inf weight is IM_ENUM: see --allow_nonfinite). */
 static inline const char *cli_load_hint(int rc) {
-    return rc == IM_ENUM ? "--allow_nonfinite loads it anyway, for inspection" : "is this a checkpoint written by `implicit`?";
+    return rc == IM_ENUM ? "--allow_nonfinite loads it anyway, for inspection"
+                         : "CKPT is a checkpoint, a safetensors file or a Hugging Face folder (docs/interop.md); "
+                           "--config FILE gives a config it lacks";
 }
 
 #endif

@@ -95,6 +95,7 @@ typedef struct {
     long long max_tokens, top_k, seed, threads, echo;
     double temperature, top_p;
     int allow_nonfinite;
+    const char *config;
 } GenArgs;
 
 static const OptSpec GEN_OPTS[] = {
@@ -110,6 +111,7 @@ static const OptSpec GEN_OPTS[] = {
     OPT(GenArgs, threads, 1, 4096, "N", "OpenMP / BLAS threads (one token at a time is many small kernel calls)"),
     OPT(GenArgs, json, 0, 0, "OUT", "write a summary (text, token counts, tokens/s, iterations, memory)"),
     OPT(GenArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
+    OPT(GenArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
 static const OptKeys GEN_KEYS[] = {{&model_keytab, NULL, 0}};
 const CmdSpec generate_cmd = {
@@ -154,7 +156,7 @@ int cmd_generate(int argc, char **argv) {
     go.stop = a.stop && *a.stop ? a.stop : NULL;
     int echo = (int)a.echo;
     Model m;
-    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
     if (rc_load) return fail(cli_load_hint(rc_load));
     Tokenizer *tok;
     if (gen_load_tokenizer(&tok, ckpt, tok_spec_arg, &m)) {

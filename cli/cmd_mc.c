@@ -23,6 +23,7 @@ typedef struct {
     long long limit, threads;
     const char *json, *tokenizer, *delimiter;
     int allow_nonfinite;
+    const char *config;
 } McArgs;
 
 static const OptSpec MC_OPTS[] = {
@@ -32,6 +33,7 @@ static const OptSpec MC_OPTS[] = {
     OPT(McArgs, delimiter, 0, 0, "STR", "inserted between context and choice (' ' for choices without a leading space)"),
     OPT(McArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
     OPT(McArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
+    OPT(McArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
 static const OptKeys MC_KEYS[] = {{&model_keytab, NULL, 0}};
 const CmdSpec mc_cmd = {
@@ -72,7 +74,7 @@ int cmd_mc(int argc, char **argv) {
     if (mc_load(&task, task_path, limit))
         return fail("one JSON object per line: {\"context\": ..., \"choices\": [...], \"gold\": N}");
     Model m;
-    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
     if (rc_load) {
         mc_free(&task);
         return fail(cli_load_hint(rc_load));

@@ -206,7 +206,7 @@ static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, in
 
 typedef struct {
     long long samples, batch, threads, sradius, pos_buckets, pos_width;
-    const char *json, *csv, *mode, *max_iters;
+    const char *json, *csv, *mode, *max_iters, *config;
     int allow_nonfinite;
 } EvalArgs;
 
@@ -222,6 +222,7 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, pos_buckets, 1, 1 << 20, "N", "language models: loss by position in windows of N x W tokens"),
     OPT(EvalArgs, pos_width, 1, 1 << 20, "W", "width of a position bucket (default: the training context)"),
     OPT(EvalArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
+    OPT(EvalArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
 /* evaluation-time model keys: iteration caps, tolerances, sequential solver options, noise */
 static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
@@ -296,7 +297,7 @@ int cmd_eval(int argc, char **argv) {
     if (!opts_get(&eval_cmd, &a, argc, argv, &o, &rc)) return rc;
     Model m;
     TaskCfg tc;
-    rc = eval_load(&m, &tc, &o, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite});
+    rc = eval_load(&m, &tc, &o, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
     const char *ckpt = o.pos[0];   /* an argv string: outlives o */
     opts_free(&o);
     if (rc) return 1;

@@ -17,12 +17,14 @@ static int fail(const char *hint) {
 
 typedef struct {
     int allow_nonfinite;
+    const char *config;
 } InfoArgs;
 static const OptSpec INFO_OPTS[] = {
     OPT(InfoArgs, allow_nonfinite, 0, 0, NULL, "accepted for symmetry: info always loads, and warns of NaN/inf weights"),
+    OPT(InfoArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
-const CmdSpec info_cmd = {"info", "CKPT", "model type, sizes, parameter count and stored config of a checkpoint",
-                          NULL, INFO_OPTS, 1, NULL, 0, 1, 1};
+const CmdSpec info_cmd = {"info", "CKPT [--config FILE]", "model type, sizes, parameter count and stored config of a checkpoint",
+                          NULL, INFO_OPTS, (int)(sizeof INFO_OPTS / sizeof *INFO_OPTS), NULL, 0, 1, 1};
 
 int cmd_info(int argc, char **argv) {
     OptArgs o;
@@ -32,8 +34,8 @@ int cmd_info(int argc, char **argv) {
     const char *path = o.pos[0];
     opts_free(&o);
     Model m;
-    const CkptLoadOpts inspect = {.allow_nonfinite = 1};
-    if (ckpt_load_opts(&m, path, NULL, &inspect)) return fail("is this a checkpoint written by `implicit`?");
+    const CkptLoadOpts inspect = {.allow_nonfinite = 1, .config_path = a.config};
+    if (ckpt_load_opts(&m, path, NULL, &inspect)) return fail(cli_load_hint(IM_EFORMAT));
     if (ckpt_check_finite(&m, path)) fprintf(stderr, "warning: %s\n", err_msg());
     printf("checkpoint   %s\n", path);
     printf("model        %s\n", m.type->name);

@@ -108,7 +108,15 @@ static void broken_files(void) {
             "misspelled tensor");
     rejects(&m, &(Edit){.drop = inp, .bad_shape = 1}, IM_EMISMATCH, "has shape", "wrong shape");
     rejects(&m, &(Edit){.drop = inp, .bad_dtype = 1}, IM_EMISMATCH, "must be F32", "wrong dtype");
-    rejects(&m, &(Edit){.format = "gguf"}, IM_EFORMAT, "unknown checkpoint format", "foreign format");
+    /* a foreign format tag is a file written elsewhere: its config is still read */
+    {
+        char p[256];
+        path_of(p, sizeof p, "tagged.safetensors");
+        Model r;
+        TH_CHECK(write_edited(&m, p, &(Edit){.format = "pt"}) == 0 && ckpt_load(&r, p, NULL) == 0 &&
+                     !memcmp(r.params, m.params, m.tab.total * sizeof(float)), "format 'pt': %s", err_msg());
+        model_free(&r);
+    }
     rejects(&m, &(Edit){.version = "2"}, IM_EFORMAT, "format_version", "newer version");
     rejects(&m, &(Edit){.model = "mamba3"}, IM_EFORMAT, "unknown model type 'mamba3'", "unknown model type");
     rejects(&m, &(Edit){.model = "llama"}, IM_EFORMAT, "disagrees", "model vs config");

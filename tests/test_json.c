@@ -174,8 +174,24 @@ static void test_depth_and_dups(void) {
                       strstr(err_msg(), "at offset 128 "), "depth %d rejected: %s", d, err_msg());
         json_free(j);
     }
-    JsonParseOpts o = {3, 0};
+    JsonParseOpts o = {3, 0, 0};
     Json *j = NULL;
+    /* Python's json writes Infinity / NaN (Hugging Face configs): only with allow_nonfinite */
+    {
+        const char *py = "[0.0, Infinity, -Infinity, NaN]";
+        TH_CHECK(json_parse(&j, py, strlen(py)) == IM_EFORMAT, "Infinity is not RFC 8259");
+        json_free(j);
+        j = NULL;
+        JsonParseOpts nf = {.allow_nonfinite = 1};
+        TH_CHECK(json_parse_ex(&j, py, strlen(py), &nf) == IM_OK && json_len(j) == 4 &&
+                     isinf(json_at(j, 1)->number) && json_at(j, 1)->number > 0 && json_at(j, 2)->number < 0 &&
+                     isnan(json_at(j, 3)->number), "allow_nonfinite: %s", err_msg());
+        json_free(j);
+        j = NULL;
+        TH_CHECK(json_parse_ex(&j, "Infinit", 7, &nf) == IM_EFORMAT, "a cut word is still an error");
+        json_free(j);
+        j = NULL;
+    }
     TH_CHECK(json_parse_ex(&j, "[[[1]]]", 7, &o) == IM_OK, "max_depth 3 allows 3");
     json_free(j);
     TH_CHECK(json_parse_ex(&j, "{\"a\":[[1]]}", 11, &o) == IM_OK, "objects count as levels");

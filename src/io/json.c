@@ -24,6 +24,7 @@ typedef struct {
     size_t len, pos;         /* pos: next unread byte */
     int depth, max_depth;    /* open arrays/objects; the limit that keeps recursion bounded */
     int allow_dups;
+    int allow_nonfinite;     /* Infinity, -Infinity, NaN as numbers (Python's json) */
 } Parser;
 
 /* ---- shared helpers -------------------------------------------------------------------- */
@@ -442,6 +443,18 @@ static int parse_value(Parser *p, Json *v) {
     case 'n': return parse_literal(p, v, "null", JSON_NULL, 0);
     default: break;
     }
+    if (p->allow_nonfinite) {
+        static const char *const words[] = {"Infinity", "-Infinity", "NaN"};
+        for (int w = 0; w < 3; w++) {
+            size_t k = strlen(words[w]);
+            if (p->len - p->pos >= k && !memcmp(p->s + p->pos, words[w], k)) {
+                v->type = JSON_NUMBER;
+                v->number = w == 2 ? NAN : w ? -INFINITY : INFINITY;
+                p->pos += k;
+                return IM_OK;
+            }
+        }
+    }
     if (c == '-' || is_digit(c)) return parse_number(p, v);
     char cn[16];
     return perr(p, p->pos, "unexpected %s, expected a value", char_name(cn, c));
@@ -465,10 +478,11 @@ void json_free(Json *j) {
 int json_parse_ex(Json **out, const char *text, size_t len, const JsonParseOpts *opts) {
     CHECK(out && (text || len == 0), "json_parse: NULL output or text");
     *out = NULL;
-    Parser p = {(const unsigned char *)(text ? text : ""), len, 0, 0, JSON_DEFAULT_MAX_DEPTH, 0};
+    Parser p = {(const unsigned char *)(text ? text : ""), len, 0, 0, JSON_DEFAULT_MAX_DEPTH, 0, 0};
     if (opts) {
         if (opts->max_depth > 0) p.max_depth = opts->max_depth;
         p.allow_dups = opts->allow_dup_keys;
+        p.allow_nonfinite = opts->allow_nonfinite;
     }
     /* The root is the only node allocated on its own; all others live in items arrays. */
     Json *root = calloc(1, sizeof *root);

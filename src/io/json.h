@@ -38,6 +38,8 @@ struct Json {
 typedef struct {
     int max_depth;       /* nesting limit for arrays/objects; <= 0 means JSON_DEFAULT_MAX_DEPTH */
     int allow_dup_keys;  /* 1: keep duplicate keys (json_get finds the first); 0: error */
+    int allow_nonfinite; /* 1: accept Infinity, -Infinity and NaN as numbers, as Python's json writes
+                            them (Hugging Face config.json files); 0: error (RFC 8259) */
 } JsonParseOpts;
 
 /* Parse text[0..len) (need not be NUL-terminated). On success *out is a tree to json_free.

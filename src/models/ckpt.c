@@ -6,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "../core/check.h"
+#include "../io/keyjson.h"
 #include "../io/safetensors.h"
 #include "../kernels/kernels.h"
+#include "layouts.h"
 
 int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
     int n = m->tab.n;
@@ -45,11 +49,260 @@ int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
     return rc;
 }
 
-/* Names a checkpoint may carry besides the table: the tied head alias (spec §14) and, in
- * PyTorch reference files, the test vectors. */
-static int ignorable(const char *name, int is_ref) {
+/* ---- where the tensors come from ----------------------------------------------------------- */
+
+/* A checkpoint argument names a file, a shard index (NAME.index.json) or a folder holding
+ * model.safetensors or the index of its shards. Every shard is read; the first one's metadata is
+ * the checkpoint's. */
+#define MAX_SHARDS 256
+#define INDEX_NAME "model.safetensors.index.json"
+
+typedef struct {
+    char *paths[MAX_SHARDS];
+    int n;
+    char dir[4096];       /* the folder holding the checkpoint ("." for a bare name) */
+} Shards;
+
+static char *xstrdup(const char *s) {
+    char *r = xmalloc(strlen(s) + 1);
+    strcpy(r, s);
+    return r;
+}
+
+static void shards_free(Shards *s) {
+    for (int i = 0; i < s->n; i++) free(s->paths[i]);
+    s->n = 0;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return !stat(p, &st) && S_ISDIR(st.st_mode);
+}
+static int exists(const char *p) {
+    struct stat st;
+    return !stat(p, &st);
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *r = xmalloc(n);
+    snprintf(r, n, "%s/%s", dir, name);
+    return r;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The shard files named by an index's weight_map, in order of first appearance. */
+static int read_index(Shards *s, const char *index) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = keyjson_read_file(index, &text, &len);
+    if (rc) return rc;
+    Json *root = NULL;
+    rc = json_parse(&root, text, len);
+    free(text);
+    if (rc) return err_wrap(rc, "%s", index);
+    const Json *map = json_get(root, "weight_map");
+    if (!map || map->type != JSON_OBJECT || !json_len(map))
+        rc = err_set(IM_EFORMAT, "%s: no 'weight_map' object naming the shard of each tensor", index);
+    for (size_t i = 0; !rc && i < json_len(map); i++) {
+        const Json *v = json_at(map, i);
+        if (v->type != JSON_STRING || !v->str_len || strchr(v->string, '/') || !strcmp(v->string, "..")) {
+            rc = err_set(IM_EFORMAT, "%s: weight_map['%s'] must be a file name in the index's folder", index,
+                         json_key_at(map, i));
+            break;
+        }
+        int seen = 0;
+        for (int k = 0; k < s->n && !seen; k++) seen = ends_with(s->paths[k], v->string) &&
+                                                   s->paths[k][strlen(s->paths[k]) - v->str_len - 1] == '/';
+        if (seen) continue;
+        if (s->n == MAX_SHARDS) rc = err_set(IM_EFORMAT, "%s: more than %d shards", index, MAX_SHARDS);
+        else s->paths[s->n++] = join(s->dir, v->string);
+    }
+    json_free(root);
+    return rc;
+}
+
+static int find_shards(Shards *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    if (is_dir(path)) {
+        snprintf(s->dir, sizeof s->dir, "%s", path);
+        char *single = join(path, "model.safetensors"), *index = join(path, INDEX_NAME);
+        int rc = IM_OK;
+        if (exists(single)) s->paths[s->n++] = single, single = NULL;
+        else if (exists(index)) rc = read_index(s, index);
+        else rc = err_set(IM_EIO, "%s: a folder without model.safetensors or %s", path, INDEX_NAME);
+        free(single);
+        free(index);
+        return rc;
+    }
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(s->dir, sizeof s->dir, "%.*s", (int)(slash - path), path);
+    else snprintf(s->dir, sizeof s->dir, ".");
+    if (!s->dir[0]) snprintf(s->dir, sizeof s->dir, "/");
+    if (ends_with(path, ".index.json")) return read_index(s, path);
+    s->paths[s->n++] = xstrdup(path);
+    return IM_OK;
+}
+
+/* One tensor of the checkpoint under our name. */
+typedef struct {
+    char name[ST_MAX_NAME + 1];   /* ours */
+    const char *orig;             /* as in the file */
+    const StFile *f;
+    const StTensor *t;
+} Entry;
+
+typedef struct {
+    StFile files[MAX_SHARDS];
+    int n_files;
+    Shards shards;
+    const CkptLayout *layout;
+    Entry *e;                     /* (n) sorted by name */
+    int n;
+    const char *path;             /* the argument, for messages */
+} Source;
+
+static int entry_cmp(const void *a, const void *b) { return strcmp(((const Entry *)a)->name, ((const Entry *)b)->name); }
+
+static const Entry *src_find(const Source *s, const char *name) {
+    Entry key;
+    if (strlen(name) > ST_MAX_NAME) return NULL;
+    strcpy(key.name, name);
+    return bsearch(&key, s->e, (size_t)s->n, sizeof *s->e, entry_cmp);
+}
+
+/* A tensor as the user's file spells it, with our name when the layout renamed it. */
+static const char *shown(const Entry *e, char *buf, size_t cap) {
+    if (strcmp(e->orig, e->name)) snprintf(buf, cap, "'%s' (read as '%s')", e->orig, e->name);
+    else snprintf(buf, cap, "'%s'", e->name);
+    return buf;
+}
+
+static void src_free(Source *s) {
+    for (int i = 0; i < s->n_files; i++) st_free(&s->files[i]);
+    shards_free(&s->shards);
+    free(s->e);
+    memset(s, 0, sizeof *s);
+}
+
+/* Read every shard, detect the layout from the tensor names and index them under our names. */
+static int src_open(Source *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    int rc = find_shards(&s->shards, path);
+    for (int i = 0; !rc && i < s->shards.n; i++) {
+        rc = st_read(&s->files[i], s->shards.paths[i]);
+        if (!rc) s->n_files++;
+    }
+    int total = 0;
+    for (int i = 0; !rc && i < s->n_files; i++) total += s->files[i].n_tensors;
+    const char **names = rc ? NULL : xcalloc((size_t)total + 1, sizeof *names);
+    int k = 0;
+    for (int i = 0; !rc && i < s->n_files; i++)
+        for (int j = 0; j < s->files[i].n_tensors; j++) names[k++] = s->files[i].tensors[j].name;
+    if (!rc) {
+        s->layout = layout_detect(names, total);
+        s->e = xcalloc((size_t)total + 1, sizeof *s->e);
+    }
+    for (int i = 0; !rc && i < s->n_files; i++)
+        for (int j = 0; !rc && j < s->files[i].n_tensors; j++) {
+            const StTensor *t = &s->files[i].tensors[j];
+            Entry *e = &s->e[s->n];
+            int r = layout_to_ours(s->layout, t->name, e->name, sizeof e->name);
+            if (r == 2) continue;   /* a buffer the source stored, not a parameter */
+            if (r < 0) rc = err_set(IM_EFORMAT, "%s: tensor name '%s' is too long", path, t->name);
+            e->orig = t->name;
+            e->f = &s->files[i];
+            e->t = t;
+            s->n++;
+        }
+    free(names);
+    if (rc) {
+        src_free(s);
+        return rc;
+    }
+    qsort(s->e, (size_t)s->n, sizeof *s->e, entry_cmp);
+    for (int i = 1; i < s->n; i++)
+        if (!strcmp(s->e[i].name, s->e[i - 1].name)) {
+            char a[600], b[600];
+            rc = err_set(IM_EFORMAT, "%s: tensors %s and %s are the same parameter (a tensor twice, or in two shards)",
+                         path, shown(&s->e[i - 1], a, sizeof a), shown(&s->e[i], b, sizeof b));
+            src_free(s);
+            return rc;
+        }
+    return IM_OK;
+}
+
+static const char *src_meta(const Source *s, const char *key) { return s->n_files ? st_meta(&s->files[0], key) : NULL; }
+
+/* ---- the header and the config -------------------------------------------------------------- */
+
+/* Our own files carry format "implicit.ckpt" and a version; the PyTorch reference vectors of
+ * tests/ref "implicit.ref" (with test tensors besides the weights); any other tag ("pt", "np", ...)
+ * or none is a file written elsewhere, whose config comes from its metadata, a config.json beside
+ * it or --config. */
+enum { SRC_OURS, SRC_REF, SRC_FOREIGN };
+
+static int check_header(const Source *s, int *kind) {
+    const char *fmt = src_meta(s, "format");
+    *kind = !fmt ? SRC_FOREIGN : !strcmp(fmt, CKPT_FORMAT) ? SRC_OURS : !strcmp(fmt, "implicit.ref") ? SRC_REF : SRC_FOREIGN;
+    if (*kind != SRC_OURS) return IM_OK;
+    const char *ver = src_meta(s, "format_version");
+    if (!ver || atoi(ver) < 1 || atoi(ver) > CKPT_VERSION)
+        return err_set(IM_EFORMAT, "%s: checkpoint format_version '%s' is not supported by this build (<= %d)",
+                       s->path, ver ? ver : "(missing)", CKPT_VERSION);
+    return IM_OK;
+}
+
+static int config_file(const char *file, ModelCfg *out) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = keyjson_read_file(file, &text, &len);
+    if (!rc) rc = layout_config_parse(text, len, file, out);
+    free(text);
+    return rc;
+}
+
+/* The model config, from the first of: the caller's, --config FILE, the file's metadata (our keys,
+ * or the reference's), a config.json beside the file (or in the folder). */
+static int config_of(const Source *s, int kind, const ModelCfg *given, const CkptLoadOpts *o, ModelCfg *out) {
+    if (given) { *out = *given; return IM_OK; }
+    if (o && o->config_path) return config_file(o->config_path, out);
+    const char *model = src_meta(s, "model"), *json = src_meta(s, "config");
+    if (json && kind == SRC_OURS) {
+        cfg_defaults(out);
+        int rc = cfg_from_json(out, json);
+        if (rc) return err_wrap(rc, "%s", s->path);
+        if (model && !model_type_find(model))
+            return err_set(IM_EFORMAT, "%s: unknown model type '%s' (known: %s)", s->path, model, model_type_names());
+        if (model && strcmp(model, out->model))
+            return err_set(IM_EFORMAT, "%s: metadata model '%s' disagrees with config model '%s'", s->path, model, out->model);
+        return IM_OK;
+    }
+    if (json) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s: metadata 'config'", s->path);
+        return layout_config_parse(json, strlen(json), where, out);
+    }
+    char *side = join(s->shards.dir, "config.json");
+    int rc;
+    if (exists(side)) rc = config_file(side, out);
+    else rc = err_set(IM_EFORMAT, "%s: no model config: no 'config' in the file's metadata and no %s; give one with "
+                      "--config FILE (our keys, the reference's or a Hugging Face config.json)", s->path, side);
+    free(side);
+    return rc;
+}
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+
+/* Names a checkpoint may carry besides the table: in PyTorch reference files, the test vectors. */
+static int ignorable(const char *name, int kind) {
     /* reference files also carry inputs, outputs, gradients and activations */
-    return is_ref && strncmp(name, "backbone.", 9) && strncmp(name, "word_emb.", 9);
+    return kind == SRC_REF && strncmp(name, "backbone.", 9) && strncmp(name, "word_emb.", 9) && strcmp(name, HEAD_TENSOR);
 }
 
 static int shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -60,90 +313,62 @@ static int shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     return 0;
 }
 
-static int check_header(const StFile *f, const char *path, int *is_ref) {
-    const char *fmt = st_meta(f, "format");
-    *is_ref = fmt && !strcmp(fmt, "implicit.ref");
-    if (!fmt) return IM_OK; /* a bare state_dict export: the caller must supply the config */
-    if (strcmp(fmt, CKPT_FORMAT) && !*is_ref)
-        return err_set(IM_EFORMAT, "%s: unknown checkpoint format '%s' (expected '%s')", path, fmt, CKPT_FORMAT);
-    const char *ver = st_meta(f, "format_version");
-    if (!*is_ref && (!ver || atoi(ver) < 1 || atoi(ver) > CKPT_VERSION))
-        return err_set(IM_EFORMAT, "%s: checkpoint format_version '%s' is not supported by this build (<= %d)",
-                       path, ver ? ver : "(missing)", CKPT_VERSION);
-    return IM_OK;
-}
-
-static int config_of(const StFile *f, const char *path, const ModelCfg *given, ModelCfg *out) {
-    if (given) { *out = *given; return IM_OK; }
-    const char *model = st_meta(f, "model"), *json = st_meta(f, "config");
-    if (!json) return err_set(IM_EFORMAT, "%s: no 'config' in the metadata (not an implicit checkpoint?)", path);
-    cfg_defaults(out);
-    int rc = cfg_from_json(out, json);
-    if (rc) return err_wrap(rc, "%s", path);
-    if (model && !model_type_find(model))
-        return err_set(IM_EFORMAT, "%s: unknown model type '%s' (known: %s)", path, model, model_type_names());
-    if (model && strcmp(model, out->model))
-        return err_set(IM_EFORMAT, "%s: metadata model '%s' disagrees with config model '%s'", path, model, out->model);
-    return IM_OK;
-}
-
-static int check_shape(const StTensor *t, const ParamInfo *p, const char *path) {
-    char want[96], got[96];
-    if (t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, t->name);
-    int same = t->ndim == p->ndim;
-    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+static int check_shape(const Entry *e, const ParamInfo *p, const char *path) {
+    char want[96], got[96], nm[600];
+    if (e->t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor %s must be F32", path, shown(e, nm, sizeof nm));
+    int same = e->t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = e->t->shape[d] == p->shape[d];
     if (same) return IM_OK;
     shape_str(want, sizeof want, p->ndim, p->shape);
-    shape_str(got, sizeof got, t->ndim, t->shape);
-    return err_set(IM_EMISMATCH, "%s: tensor '%s' has shape %s but the config needs %s", path, t->name, got, want);
+    shape_str(got, sizeof got, e->t->ndim, e->t->shape);
+    return err_set(IM_EMISMATCH, "%s: tensor %s has shape %s but the config needs %s", path, shown(e, nm, sizeof nm), got, want);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
+static const float *edata(const Entry *e) { return st_data(e->f, e->t); }
 
 /* Spec §14 conversions between explicit and implicit checkpoints: a plain X.weight where the
  * model has the weight-norm pair (g = row norms, v = W), the pair where the model has X.weight
  * (W = g v/|v|), and the tied head's alias for the embedding. */
-static int load_converted(Model *m, const ParamInfo *p, const StFile *f, const char *path, int *done) {
-    char base[PARAM_NAME_LEN + 8], gname[PARAM_NAME_LEN + 8], vname[PARAM_NAME_LEN + 8];
+static int load_converted(Model *m, const ParamInfo *p, const Source *s, int *done) {
+    char base[PARAM_NAME_LEN + 8], gname[PARAM_NAME_LEN + 8], vname[PARAM_NAME_LEN + 8], nm[600];
     float *dst = m->params + p->offset;
     int rc;
     *done = 0;
     if (!strcmp(p->name, "word_emb.emb.weight")) {
-        const StTensor *t = st_find(f, "criterion.decoder.weight");
+        const Entry *t = src_find(s, HEAD_TENSOR);
         if (!t) return IM_OK;
-        if ((rc = check_shape(t, p, path))) return rc;
-        memcpy(dst, st_data(f, t), p->numel * sizeof(float));
+        if ((rc = check_shape(t, p, s->path))) return rc;
+        memcpy(dst, edata(t), p->numel * sizeof(float));
         *done = 1;
         return IM_OK;
     }
     if (ends_with(p->name, ".weight")) {   /* fold a weight-norm pair */
         snprintf(gname, sizeof gname, "%s_g", p->name);
         snprintf(vname, sizeof vname, "%s_v", p->name);
-        const StTensor *g = st_find(f, gname), *v = st_find(f, vname);
+        const Entry *g = src_find(s, gname), *v = src_find(s, vname);
         if (!g || !v) return IM_OK;
-        if ((rc = check_shape(v, p, path))) return rc;
+        if ((rc = check_shape(v, p, s->path))) return rc;
         size_t rows = (size_t)p->shape[0], cols = p->numel / (rows ? rows : 1);
-        if (g->dtype != ST_F32 || st_numel(g) != rows) return err_set(IM_EMISMATCH, "%s: '%s' needs %zu gains", path, gname, rows);
-        k_weightnorm_fwd(dst, st_data(f, g), st_data(f, v), (int)rows, (int)cols, 1.0f, 0.0f);
+        if (g->t->dtype != ST_F32 || st_numel(g->t) != rows)
+            return err_set(IM_EMISMATCH, "%s: %s needs %zu gains", s->path, shown(g, nm, sizeof nm), rows);
+        k_weightnorm_fwd(dst, edata(g), edata(v), (int)rows, (int)cols, 1.0f, 0.0f);
         *done = 1;
         return IM_OK;
     }
     int is_g = ends_with(p->name, ".weight_g"), is_v = ends_with(p->name, ".weight_v");
     if (!is_g && !is_v) return IM_OK;
     snprintf(base, sizeof base, "%.*s", (int)strlen(p->name) - 2, p->name);
-    const StTensor *w = st_find(f, base);
+    const Entry *w = src_find(s, base);
     if (!w) return IM_OK;
-    if (w->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor '%s' must be F32", path, base);
-    const float *W = st_data(f, w);
+    if (w->t->dtype != ST_F32) return err_set(IM_EMISMATCH, "%s: tensor %s must be F32", s->path, shown(w, nm, sizeof nm));
+    const float *W = edata(w);
     if (is_v) {
-        if ((rc = check_shape(w, p, path))) return rc;
+        if ((rc = check_shape(w, p, s->path))) return rc;
         memcpy(dst, W, p->numel * sizeof(float));
     } else {
-        size_t rows = p->numel, cols = st_numel(w) / (rows ? rows : 1);
-        if (w->ndim < 1 || (size_t)w->shape[0] != rows) return err_set(IM_EMISMATCH, "%s: '%s' does not have %zu rows", path, base, rows);
+        size_t rows = p->numel, cols = st_numel(w->t) / (rows ? rows : 1);
+        if (w->t->ndim < 1 || (size_t)w->t->shape[0] != rows)
+            return err_set(IM_EMISMATCH, "%s: %s does not have %zu rows", s->path, shown(w, nm, sizeof nm), rows);
         for (size_t r = 0; r < rows; r++) {
             double s2 = 0;
             for (size_t j = 0; j < cols; j++) s2 += (double)W[r * cols + j] * W[r * cols + j];
@@ -157,7 +382,7 @@ static int load_converted(Model *m, const ParamInfo *p, const StFile *f, const c
 /* A file tensor the model consumed through a conversion. */
 static int consumed(const Model *m, const char *name) {
     char buf[300];
-    if (!strcmp(name, "criterion.decoder.weight")) return 1;
+    if (!strcmp(name, HEAD_TENSOR)) return ptab_find(&m->tab, "word_emb.emb.weight") != NULL;
     if (ends_with(name, ".weight_g") || ends_with(name, ".weight_v")) {
         snprintf(buf, sizeof buf, "%.*s", (int)strlen(name) - 2, name);
         return ptab_find(&m->tab, buf) != NULL;
@@ -166,24 +391,47 @@ static int consumed(const Model *m, const char *name) {
     return ptab_find(&m->tab, buf) != NULL;
 }
 
-static int load_tensors(Model *m, const StFile *f, const char *path, int is_ref) {
+/* A head stored besides the embedding is the same tensor (tied: accepted) or an untied head,
+ * which these models do not have: refused, never dropped. */
+static int check_head(const Model *m, const Source *s) {
+    const Entry *h = src_find(s, HEAD_TENSOR), *e = src_find(s, "word_emb.emb.weight");
+    if (!h || !e || ptab_find(&m->tab, HEAD_TENSOR)) return IM_OK;
+    char hn[600], en[600];
+    int same = h->t->dtype == e->t->dtype && h->t->nbytes == e->t->nbytes && h->t->ndim == e->t->ndim &&
+               !memcmp(h->t->shape, e->t->shape, sizeof(int64_t) * (size_t)h->t->ndim) &&
+               !memcmp(st_data(h->f, h->t), st_data(e->f, e->t), h->t->nbytes);
+    if (same) return IM_OK;
+    return err_set(IM_EMISMATCH, "%s: the output head %s differs from the embedding %s: an untied head, which '%s' "
+                   "models do not have (they compute logits with the embedding matrix)", s->path, shown(h, hn, sizeof hn),
+                   shown(e, en, sizeof en), m->type->name);
+}
+
+static int load_tensors(Model *m, const Source *s, int kind) {
+    int rc = check_head(m, s);
+    if (rc) return rc;
     for (int i = 0; i < m->tab.n; i++) {
         const ParamInfo *p = &m->tab.p[i];
-        const StTensor *t = st_find(f, p->name);
-        int rc, done = 0;
+        const Entry *t = src_find(s, p->name);
+        int done = 0;
         if (!t) {
-            if ((rc = load_converted(m, p, f, path, &done))) return rc;
+            if ((rc = load_converted(m, p, s, &done))) return rc;
             if (done) continue;
-            return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", path, p->name, m->type->name);
+            char theirs[600] = "";
+            if (!layout_is_ours(s->layout) && layout_to_theirs(s->layout, p->name, theirs, sizeof theirs) == 1)
+                return err_set(IM_EMISMATCH, "%s: missing tensor '%s' (ours: '%s') required by model '%s' (layout %s: %s)",
+                               s->path, theirs, p->name, m->type->name, s->layout->name, s->layout->summary);
+            return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", s->path, p->name, m->type->name);
         }
-        if ((rc = check_shape(t, p, path))) return rc;
-        memcpy(m->params + p->offset, st_data(f, t), p->numel * sizeof(float));
+        if ((rc = check_shape(t, p, s->path))) return rc;
+        memcpy(m->params + p->offset, edata(t), p->numel * sizeof(float));
     }
-    for (int i = 0; i < f->n_tensors; i++) {
-        const char *name = f->tensors[i].name;
-        if (!ptab_find(&m->tab, name) && !ignorable(name, is_ref) && !consumed(m, name))
-            return err_set(IM_EMISMATCH, "%s: unexpected tensor '%s' (not part of a '%s' model with this config)",
-                           path, name, m->type->name);
+    for (int i = 0; i < s->n; i++) {
+        const Entry *e = &s->e[i];
+        char nm[600];
+        if (!ptab_find(&m->tab, e->name) && !ignorable(e->name, kind) && !consumed(m, e->name))
+            return err_set(IM_EMISMATCH, "%s: unexpected tensor %s (not part of a '%s' model with this config%s%s)",
+                           s->path, shown(e, nm, sizeof nm), m->type->name, layout_is_ours(s->layout) ? "" : "; layout ",
+                           layout_is_ours(s->layout) ? "" : s->layout->summary);
     }
     return IM_OK;
 }
@@ -214,34 +462,47 @@ int ckpt_check_finite(const Model *m, const char *path) {
                    path, p->name, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", index, count, count == 1 ? "" : "s");
 }
 
+
 int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) { return ckpt_load_opts(m, path, cfg, NULL); }
 
 int ckpt_load_opts(Model *m, const char *path, const ModelCfg *cfg, const CkptLoadOpts *o) {
     memset(m, 0, sizeof *m);
-    StFile f;
-    int rc = st_read(&f, path), is_ref = 0;
-    if (rc) return rc;
+    Source *s = xcalloc(1, sizeof *s);
+    int rc = src_open(s, path), kind = SRC_OURS;
+    if (rc) {
+        free(s);
+        return rc;
+    }
     ModelCfg c;
-    if (!(rc = check_header(&f, path, &is_ref)) && !(rc = config_of(&f, path, cfg, &c))) {
+    if (!(rc = check_header(s, &kind)) && !(rc = config_of(s, kind, cfg, o, &c))) {
         rc = model_create(m, &c);
         if (rc) rc = err_wrap(rc, "%s", path);
-        else if ((rc = load_tensors(m, &f, path, is_ref)) || (!(o && o->allow_nonfinite) && (rc = ckpt_check_finite(m, path))))
+        else if ((rc = load_tensors(m, s, kind)) || (!(o && o->allow_nonfinite) && (rc = ckpt_check_finite(m, path))))
             model_free(m);
     }
-    st_free(&f);
+    src_free(s);
+    free(s);
     return rc;
 }
 
 int ckpt_read_meta(const char *path, const char *key, char **out) {
-    StFile f;
+    Shards sh;
     *out = NULL;
-    int rc = st_read(&f, path);
+    int rc = find_shards(&sh, path);
+    StFile f;
+    if (!rc) rc = st_read(&f, sh.paths[0]);
+    shards_free(&sh);
     if (rc) return rc;
     const char *v = st_meta(&f, key);
-    if (v) {
-        *out = xmalloc(strlen(v) + 1);
-        strcpy(*out, v);
-    }
+    if (v) *out = xstrdup(v);
     st_free(&f);
     return IM_OK;
+}
+
+int ckpt_dir(const char *path, char *dir, size_t cap) {
+    Shards sh;
+    int rc = find_shards(&sh, path);
+    if (!rc) snprintf(dir, cap, "%s", sh.dir);
+    shards_free(&sh);
+    return rc;
 }

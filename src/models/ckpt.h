@@ -16,9 +16,17 @@
 
 /* extra_kv: {"key", "value", ..., NULL} or NULL. */
 int ckpt_save(const Model *m, const char *path, const char *const *extra_kv);
-/* Create *m from the checkpoint's stored config (or from *cfg when non-NULL, e.g. for files
- * written by the PyTorch reference), then load and validate every tensor: dtype, shape against
- * the config, missing and unexpected names. On error *m is left freed. */
+/* Create *m from the checkpoint's config, then load and validate every tensor: dtype, shape
+ * against the config, missing and unexpected names. On error *m is left freed.
+ *
+ * `path` is a safetensors file, a shard index (NAME.index.json) or a folder holding
+ * model.safetensors or model.safetensors.index.json and its shards. Tensor names may be ours or
+ * those of another source (models/layouts.h: Hugging Face transformers, ...), detected from the
+ * names. Any `format` tag is accepted; "implicit.ckpt" files must have a known format_version.
+ * The config is the first of: *cfg when non-NULL; CkptLoadOpts.config_path; the metadata's
+ * `config` (our keys, or the reference's); a config.json beside the file (in the folder). Any
+ * dialect of layout_config_parse is read from the last three. A stored head that differs from the
+ * embedding (an untied head) is refused, never dropped. */
 int ckpt_load(Model *m, const char *path, const ModelCfg *cfg);
 
 /* How a checkpoint is loaded. A NaN or inf weight (a run that diverged, a damaged file) is an
@@ -26,13 +34,18 @@ int ckpt_load(Model *m, const char *path, const ModelCfg *cfg);
  * for inspection. */
 typedef struct {
     int allow_nonfinite;
+    const char *config_path;  /* the model config from this file (--config), NULL = found as below */
 } CkptLoadOpts;
 /* ckpt_load with options (NULL = the defaults, as ckpt_load). */
 int ckpt_load_opts(Model *m, const char *path, const ModelCfg *cfg, const CkptLoadOpts *o);
 /* IM_OK if every weight of m is finite, else IM_ENUM naming the first non-finite one (tensor, flat
  * index) and their count; `path` starts the message. */
 int ckpt_check_finite(const Model *m, const char *path);
-/* Read only the metadata value `key` (malloc'ed copy in *out) — for `implicit info`. */
+/* Read only the metadata value `key` (malloc'ed copy in *out, NULL if absent) of the checkpoint
+ * at path (a file, an index or a folder as for ckpt_load: the first shard's metadata). */
 int ckpt_read_meta(const char *path, const char *key, char **out);
+/* The folder that holds the checkpoint at path (path itself for a folder), for files stored
+ * beside it (config.json, tokenizer.json). */
+int ckpt_dir(const char *path, char *dir, size_t cap);
 
 #endif

@@ -49,8 +49,9 @@ _DTYPES = {torch.float32: ("F32", "<f4"), torch.int32: ("I32", "<i4")}
 # ---------------------------------------------------------------------------------------------
 
 def write_safetensors(path, tensors, metadata):
-    """tensors: ordered dict name -> torch tensor (float32 or int32); metadata: dict str -> str."""
-    header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
+    """tensors: ordered dict name -> torch tensor (float32 or int32); metadata: dict str -> str, or
+    None for a file without __metadata__ (what most writers produce)."""
+    header = {} if metadata is None else {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
     blobs = []
     off = 0
     for name, t in tensors.items():

@@ -1,0 +1,271 @@
+/* test_interop.c: checkpoints written by other tools load as they are (models/layouts.h), with
+ * the logits of the independent PyTorch references.
+ *
+ * Sources (tests/ref/gen_interop.py writes them from the weights of tests/ref/{mamba2, llama,
+ * implicit_mamba2}.safetensors; the expected logits are those files' out.logits / eval.logits):
+ *   hf_mamba2/                  transformers Mamba2 folder: config.json with Infinity, format "pt"
+ *   hf_llama/                   transformers Llama, two shards + index, tied lm_head stored, inv_freq
+ *   ref_implicit_mamba2.safetensors   reference names, format "pt", reference config in metadata
+ *   ref_llama/                  reference names, no metadata, reference config.json beside
+ * Also: the name tables themselves (wildcards pair up, every parameter name round-trips), the
+ * config given with --config, and the refusals (untied head, missing tensor under the source's
+ * name, unknown config keys, unsupported options, no config at all).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/core/check.h"
+#include "../src/io/safetensors.h"
+#include "../src/models/ckpt.h"
+#include "../src/models/layouts.h"
+#include "th.h"
+
+#define REF "tests/ref/"
+#define IOP "tests/ref/interop/"
+
+static char dir[64];
+
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    TH_CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "write %s", path);
+}
+
+/* The wildcards of a pattern in order ("i*" for {i} then *). */
+static void wilds(const char *p, char *out) {
+    for (; *p; p++) {
+        if (!strncmp(p, "{i}", 3)) *out++ = 'i', p += 2;
+        else if (*p == '*') *out++ = '*';
+    }
+    *out = 0;
+}
+
+static int model_of(Model *m, const char *family) {
+    ModelCfg c;
+    cfg_defaults(&c);
+    cfg_set(&c, "model", family);
+    cfg_set(&c, "d_model", "16");
+    cfg_set(&c, "vocab_size", "20");
+    cfg_set(&c, "d_state", "4");
+    cfg_set(&c, "headdim", "8");
+    cfg_set(&c, "n_layer", "2");
+    cfg_set(&c, "d_inner", strstr(family, "llama") ? "32" : "0");
+    if (strstr(family, "llama")) cfg_set(&c, "mlp_type", "swiglu");
+    return model_create(m, &c);
+}
+
+static void tables(void) {
+    static const char *const families[] = {"mamba2", "llama", "implicit_mamba2", "implicit_llama", "lstm"};
+    for (int l = 0; l < layout_count(); l++) {
+        const CkptLayout *L = layout_at(l);
+        for (int r = 0; r < L->n_rules; r++) {
+            char a[16], b[16];
+            if (!L->rules[r].ours) continue;
+            wilds(L->rules[r].ours, a);
+            wilds(L->rules[r].theirs, b);
+            TH_CHECK(!strcmp(a, b), "layout %s row %d: wildcards %s vs %s", L->name, r, a, b);
+        }
+        for (int r = 0; r < L->n_tails; r++) {
+            char a[16], b[16];
+            wilds(L->tails[r].ours, a);
+            wilds(L->tails[r].theirs, b);
+            TH_CHECK(!strcmp(a, b), "layout %s tail row %d: wildcards %s vs %s", L->name, r, a, b);
+        }
+        /* every parameter of the models it holds: a name of theirs that maps back, no two alike */
+        for (size_t f = 0; f < sizeof families / sizeof *families; f++) {
+            if (L->families && !strstr(L->families, families[f])) continue;
+            if (L->families && strstr(families[f], "implicit")) continue;
+            Model m;
+            if (model_of(&m, families[f])) { TH_CHECK(0, "%s: %s", families[f], err_msg()); continue; }
+            char (*theirs)[300] = calloc((size_t)m.tab.n, sizeof *theirs);
+            for (int i = 0; i < m.tab.n; i++) {
+                char back[300];
+                TH_CHECK(layout_to_theirs(L, m.tab.p[i].name, theirs[i], sizeof theirs[i]) >= 0 &&
+                             layout_to_ours(L, theirs[i], back, sizeof back) >= 0 && !strcmp(back, m.tab.p[i].name),
+                         "layout %s, %s: '%s' -> '%s' -> '%s'", L->name, families[f], m.tab.p[i].name, theirs[i], back);
+                for (int j = 0; j < i; j++)
+                    TH_CHECK(strcmp(theirs[i], theirs[j]), "layout %s: '%s' twice", L->name, theirs[i]);
+            }
+            free(theirs);
+            model_free(&m);
+        }
+    }
+    /* detection, and the untouched names of a layout */
+    const char *hf[] = {"backbone.norm_f.weight", "backbone.embeddings.weight"};
+    const CkptLayout *L = layout_detect(hf, 2);
+    char out[300];
+    TH_CHECK(!strcmp(L->name, "hf") && strstr(L->families, "mamba2"), "hf mamba2 detected: %s", L->name);
+    TH_CHECK(layout_to_ours(L, "backbone.embeddings.weight", out, sizeof out) == 1 && !strcmp(out, "word_emb.emb.weight"),
+             "embedding renamed: %s", out);
+    TH_CHECK(layout_to_ours(L, "lm_head.weight", out, sizeof out) == 1 && !strcmp(out, HEAD_TENSOR), "head: %s", out);
+    const char *ours[] = {"word_emb.emb.weight"};
+    TH_CHECK(layout_is_ours(layout_detect(ours, 1)), "our names: the identity layout");
+    TH_CHECK(layout_for_export("hf", "lstm") == NULL && strstr(err_msg(), "holds mamba2 | llama"), "hf lstm: %s", err_msg());
+    TH_CHECK(layout_for_export("onnx", "mamba2") == NULL && strstr(err_msg(), "unknown layout 'onnx'"), "onnx: %s", err_msg());
+}
+
+/* Load `path` and compare the logits with `want_name` of the reference file `ref`. */
+static void source(const char *path, const CkptLoadOpts *o, const char *ref, const char *want_name, const char *model,
+                   int want_iters) {
+    StFile f;
+    if (st_read(&f, ref)) { TH_CHECK(0, "%s: %s", ref, err_msg()); return; }
+    Model m;
+    int rc = ckpt_load_opts(&m, path, NULL, o);
+    TH_CHECK(rc == 0, "%s: %s", path, err_msg());
+    if (rc) { st_free(&f); return; }
+    TH_CHECK(!strcmp(m.cfg.model, model), "%s: model %s, want %s", path, m.cfg.model, model);
+    const StTensor *ids_t = st_find(&f, "input.ids"), *want = st_find(&f, want_name);
+    int B = (int)ids_t->shape[0], T = (int)ids_t->shape[1];
+    m.training = 0;
+    TH_CHECK(model_fwd(&m, st_data(&f, ids_t), NULL, B, T, NULL) == 0, "%s fwd: %s", path, err_msg());
+    size_t n = (size_t)B * T * m.V;
+    double e = st_numel(want) == n ? th_rel_err(m.logits, st_data(&f, want), n) : 1;
+    TH_CHECK(e < 1e-4, "%s: logits vs %s of %s: rel err %.3g", path, want_name, ref, e);
+    if (want_iters) TH_CHECK(m.fp_iters == want_iters, "%s: %g solver calls, want %d", path, m.fp_iters, want_iters);
+    printf("  %-44s %-16s logits rel err %.1e\n", path, model, e);
+    model_free(&m);
+    st_free(&f);
+}
+
+static void sources(void) {
+    source(IOP "hf_mamba2", NULL, REF "mamba2.safetensors", "out.logits", "mamba2", 0);
+    source(IOP "hf_mamba2/model.safetensors", NULL, REF "mamba2.safetensors", "out.logits", "mamba2", 0);
+    source(IOP "hf_llama", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
+    source(IOP "hf_llama/model.safetensors.index.json", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
+    source(IOP "ref_llama", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
+    /* eval loop of the reference: f_thres 8 = 7 loop calls (tests/ref/README.md) */
+    source(IOP "ref_implicit_mamba2.safetensors", NULL, REF "implicit_mamba2.safetensors", "eval.logits",
+           "implicit_mamba2", 7);
+    /* --config: a config file for a file that has none (its folder's config.json, given elsewhere) */
+    char p[256];
+    path_of(p, sizeof p, "model.safetensors");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp " IOP "ref_llama/model.safetensors %s", p);
+    TH_CHECK(system(cmd) == 0, "copy");
+    Model m;
+    TH_CHECK(ckpt_load(&m, p, NULL) == IM_EFORMAT && strstr(err_msg(), "--config FILE"), "no config: %s", err_msg());
+    source(p, &(CkptLoadOpts){.config_path = IOP "ref_llama/config.json"}, REF "llama.safetensors", "out.logits", "llama", 0);
+    /* and a wrong one: the tensors do not fit */
+    TH_CHECK(ckpt_load_opts(&m, p, NULL, &(CkptLoadOpts){.config_path = IOP "hf_mamba2/config.json"}) == IM_EMISMATCH &&
+                 strstr(err_msg(), "missing tensor"), "wrong --config: %s", err_msg());
+}
+
+/* A copy of the HF Mamba2 folder with one edit: a config text, or the tensors rewritten. */
+static void hf_variant(const char *name, const char *config, int untie, const char *drop, char *out, size_t cap) {
+    char d[256], cmd[1200];
+    path_of(d, sizeof d, name);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp " IOP "hf_mamba2/* %s/", d, d, d);
+    TH_CHECK(system(cmd) == 0, "copy");
+    snprintf(out, cap, "%s", d);
+    if (config) {
+        char c[300];
+        snprintf(c, sizeof c, "%s/config.json", d);
+        write_text(c, config);
+    }
+    if (!untie && !drop) return;
+    StFile f;
+    char st[300];
+    snprintf(st, sizeof st, "%s/model.safetensors", d);
+    if (st_read(&f, st)) { TH_CHECK(0, "%s", err_msg()); return; }
+    StWriteTensor ts[64];
+    int n = 0;
+    float *head = NULL;
+    for (int i = 0; i < f.n_tensors && n < 63; i++) {
+        const StTensor *t = &f.tensors[i];
+        if (drop && !strcmp(t->name, drop)) continue;
+        ts[n] = (StWriteTensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = st_data(&f, t)};
+        memcpy(ts[n].shape, t->shape, sizeof t->shape);
+        if (untie && !strcmp(t->name, "backbone.embeddings.weight")) {
+            head = th_alloc(st_numel(t));
+            memcpy(head, st_data(&f, t), st_numel(t) * sizeof(float));
+            head[5] += 0.25f;   /* one weight differs: an untied head */
+            ts[n + 1] = ts[n];
+            ts[n + 1].name = "lm_head.weight";
+            ts[n + 1].data = head;
+            n++;
+        }
+        n++;
+    }
+    const char *kv[] = {"format", "pt", NULL};
+    TH_CHECK(st_write(st, ts, n, kv) == 0, "%s", err_msg());
+    free(head);
+    st_free(&f);
+}
+
+static void expect_fail(const char *path, int want_rc, const char *needle, const char *what) {
+    Model m;
+    int rc = ckpt_load(&m, path, NULL);
+    TH_CHECK(rc == want_rc && strstr(err_msg(), needle), "%s: rc %d (want %d), '%s' lacks '%s'", what, rc, want_rc, err_msg(),
+             needle);
+    if (!rc) model_free(&m);
+}
+
+static void refusals(void) {
+    char d[256];
+    hf_variant("untied", NULL, 1, NULL, d, sizeof d);
+    expect_fail(d, IM_EMISMATCH, "untied head", "untied head");
+    TH_CHECK(strstr(err_msg(), "'lm_head.weight'") && strstr(err_msg(), "'backbone.embeddings.weight'"),
+             "the message names the file's tensors: %s", err_msg());
+    hf_variant("missing", NULL, 0, "backbone.layers.1.mixer.A_log", d, sizeof d);
+    expect_fail(d, IM_EMISMATCH, "missing tensor 'backbone.layers.1.mixer.A_log'", "missing tensor");
+    hf_variant("noemb", NULL, 0, "backbone.embeddings.weight", d, sizeof d);
+    /* without its probe the file reads as our layout: the embedding is missing under our name */
+    expect_fail(d, IM_EMISMATCH, "missing tensor 'word_emb.emb.weight'", "no embedding");
+    static const char *const bad[][2] = {
+        {"{\"model_type\": \"mamba2\", \"hidden_size\": 32, \"use_flash\": true}", "unknown Hugging Face config key 'use_flash'"},
+        {"{\"model_type\": \"mamba2\", \"n_groups\": 2}", "ngroups > 1 is not implemented"},
+        {"{\"model_type\": \"mamba2\", \"expand\": 1.5}", "'expand' must be an integer"},
+        {"{\"model_type\": \"mamba2\", \"hidden_size\": 32, \"expand\": 2, \"head_dim\": 16, \"num_heads\": 5}", "num_heads 5"},
+        {"{\"model_type\": \"mamba2\", \"time_step_limit\": [0.0, 0.5]}", "a dt limit is not implemented"},
+        {"{\"model_type\": \"mamba\", \"hidden_size\": 32}", "model_type 'mamba' is not one this build reads"},
+        {"{\"model_type\": \"llama\", \"num_attention_heads\": 4, \"num_key_value_heads\": 2}", "grouped-query attention"},
+        {"{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "RoPE scaling is not implemented"},
+        {"{\"model_type\": \"llama\", \"hidden_act\": \"gelu\"}", "only the SwiGLU MLP"},
+        {"{\"backbone_config\": {\"d_model\": 32, \"n_layr\": 2}}", "unknown reference config key 'backbone_config.n_layr'"},
+        {"[1, 2]", "a config must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hf_variant("badcfg", bad[i][0], 0, NULL, d, sizeof d);
+        expect_fail(d, IM_EINVAL, bad[i][1], bad[i][1]);
+        TH_CHECK(strstr(err_msg(), "config.json"), "the message names the config file: %s", err_msg());
+    }
+    /* folders and indexes */
+    path_of(d, sizeof d, "empty");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", d);
+    TH_CHECK(system(cmd) == 0, "mkdir");
+    expect_fail(d, IM_EIO, "a folder without model.safetensors", "empty folder");
+    path_of(d, sizeof d, "bad.index.json");
+    write_text(d, "{\"weight_map\": {\"a\": \"../x.safetensors\"}}");
+    expect_fail(d, IM_EFORMAT, "must be a file name in the index's folder", "index escaping its folder");
+    write_text(d, "{\"metadata\": {}}");
+    expect_fail(d, IM_EFORMAT, "no 'weight_map'", "index without weight_map");
+    /* a tensor in two shards */
+    path_of(d, sizeof d, "dup");
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r " IOP "hf_llama %s && cp %s/model-00001-of-00002.safetensors %s/extra.safetensors",
+             d, d, d, d);
+    TH_CHECK(system(cmd) == 0, "copy");
+    char idx[300];
+    snprintf(idx, sizeof idx, "%s/two.index.json", d);
+    write_text(idx, "{\"weight_map\": {\"x\": \"model-00001-of-00002.safetensors\", \"y\": \"extra.safetensors\", "
+                    "\"z\": \"model-00002-of-00002.safetensors\"}}");
+    expect_fail(idx, IM_EFORMAT, "are the same parameter", "a tensor in two shards");
+}
+
+int main(void) {
+    th_name = "test_interop";
+    snprintf(dir, sizeof dir, "/tmp/implicit-test-interop-%d", (int)getpid());
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    TH_CHECK(system(cmd) == 0, "mkdir");
+    tables();
+    sources();
+    refusals();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    TH_CHECK(system(cmd) == 0, "cleanup");
+    return th_done();
+}
