@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"

@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 #include "../src/io/atomic.h"
 #include "../src/train/sample.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 #include "../src/train/mc.h"
 #include "../src/train/sample.h"

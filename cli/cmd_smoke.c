@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 
 typedef struct {

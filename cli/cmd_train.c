@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"

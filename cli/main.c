@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "cli.h"
 #include "../src/train/dist.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "implicit.h"
+#include "engine.h"
 #include "../src/train/dist.h"
 
 #define FIELD(args, o) ((char *)(args) + (o)->offset)
