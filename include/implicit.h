@@ -56,9 +56,9 @@ typedef struct im_tokenizer im_tokenizer;  /* text <-> ids */
 
 IM_API const char *im_version(void);             /* "0.1.0" */
 IM_API const char *im_last_error(void);          /* message of the last failed call on this thread */
-IM_API const char *im_status_name(int status);   /* "IM_ERR_IO", ... */
+IM_API const char *im_status_name(int status);   /* "I/O error", "invalid argument", ... */
 IM_API void im_free(void *p);                    /* frees buffers returned by encode / decode */
-/* OpenMP / BLAS threads for every later call (n >= 1; OpenMP's default until called). */
+/* OpenMP / BLAS threads for every later call (n >= 1; the library's default until called). */
 IM_API int im_set_threads(int n);
 
 /* ---- models --------------------------------------------------------------------------------- */
