@@ -79,6 +79,10 @@ static int write_json(const char *path, const char *ckpt, const Model *m, const 
     json_buf_kv_num(&b, "generation_tokens_per_s", st->gen_s > 0 ? st->n_gen / st->gen_s : 0);
     json_buf_kv_num(&b, "prompt_iters_per_token", st->prompt_iters);
     json_buf_kv_num(&b, "generation_iters_per_token", st->gen_iters);
+    if (m->type->family == MODEL_FP_RNN) { /* the reference's convention: iter_idx + 1 per solve */
+        json_buf_kv_num(&b, "prompt_iters_per_token_ref", st->prompt_iters > 0 ? st->prompt_iters + 1 : 0);
+        json_buf_kv_num(&b, "generation_iters_per_token_ref", st->gen_iters > 0 ? st->gen_iters + 1 : 0);
+    }
     json_buf_kv_num(&b, "peak_rss_mb", rss);
     json_buf_kv_str(&b, "stop_reason", st->stop_reason);
     json_buf_key(&b, "text");

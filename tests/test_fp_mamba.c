@@ -181,6 +181,38 @@ static void test_model(void) {
     free(par);
 }
 
+/* LayerNorm blocks and norm_f (norm_type layernorm) with the layer's own eps apart
+ * (mixer_norm_eps): token-by-token logits equal the parallel ones, the biases are saved and
+ * loaded, the training diagnostics carry the reference's iteration convention. */
+static void test_model_layernorm(void) {
+    const char *kv[] = {"model", "fp_mamba", "vocab_size", "7", "d_model", "8", "n_layer", "2", "d_state", "4",
+                        "fp_threshold", "1e-5", "fp_eval_cap", "3000", "mixer_type", "householder", "short_conv", "1",
+                        "norm_type", "layernorm", "mixer_norm_eps", "1e-6", NULL};
+    Model m;
+    TH_CHECK(fpt_make_model(&m, kv) == IM_OK, "create: %s", err_msg());
+    model_init_params(&m, 6);
+    fpt_model_contractive(&m);
+    /* biases away from 0, small enough that the contractive mixer keeps one fixed point per token
+     * (at ±0.5 one token of the toy batch has two, and the two modes settle on different ones) */
+    int nb = 0;
+    Rng r;
+    rng_seed(&r, 17, 0);
+    for (int i = 0; i < m.tab.n; i++)
+        if (strstr(m.tab.p[i].name, "norm.bias") && !strstr(m.tab.p[i].name, "out_norm")) {
+            th_fill_uniform(m.params + m.tab.p[i].offset, m.tab.p[i].numel, &r, -0.1f, 0.1f);
+            nb++;
+        }
+    TH_CHECK(nb == 2 && ptab_find(&m.tab, "backbone.norm_f.bias"), "layernorm: %d block biases and norm_f.bias", nb);
+    th_fill_uniform(model_tensor(&m, m.params, "backbone.norm_f.bias"), 8, &r, -0.1f, 0.1f);
+    float *par = th_alloc((size_t)FPT_B * FPT_T * m.V);
+    fpt_model_seq_vs_par(&m, "fp_mamba layernorm", par);
+    TH_CHECK(m.fp_iters >= 1 && m.fp_iters_ref == m.fp_iters + 1, "sequential iterations %g, reference convention %g",
+             m.fp_iters, m.fp_iters_ref);
+    fpt_model_ckpt_roundtrip(&m, "fp_mamba layernorm", "/tmp/implicit_test_fp_mamba_ln.safetensors", par);
+    model_free(&m);
+    free(par);
+}
+
 int main(void) {
     th_name = "fp_mamba";
     test_grad("householder r2 concat", "householder", 2, 1, 0, 0, 0, 1, 1e-2f);
@@ -200,5 +232,6 @@ int main(void) {
     test_sequential("kronecker", 1, 1, 1);
     test_threads();
     test_model();
+    test_model_layernorm();
     return th_done();
 }

@@ -5,6 +5,9 @@
  *   fp_mamba_kron.safetensors  Kronecker, conv, glu_in_loop, n_backwards 2, 1 layer (the training
  *                              solve runs into the cap; the evaluation solve takes 46 evaluations
  *                              with damping decays)
+ *   fp_mamba_ln.safetensors    LayerNorm blocks and norm_f (norm_type layernorm, eps 1e-5) with the
+ *                              layer's own eps apart (mixer_norm_eps 0.02), Householder r=1, conv,
+ *                              2 layers
  * Per file: the training-mode forward (quantile 0.75, cap fp_max_iter) gives the same solver
  * iteration counts (exactly), logits and loss (rel <= 1e-4) and, after the backward, every
  * parameter gradient (rel <= 1e-4 per tensor); the evaluation-mode forward (quantile 1, cap 1000)
@@ -115,5 +118,6 @@ int main(void) {
     th_name = "test_fp_ref";
     ref_case("tests/ref/fp_mamba.safetensors");
     ref_case("tests/ref/fp_mamba_kron.safetensors");
+    ref_case("tests/ref/fp_mamba_ln.safetensors");
     return th_done();
 }

@@ -7,7 +7,8 @@
  *    gradients gives the same bits; bit-identity at 1 and 3 threads;
  *  - the kernel's backward by 4-point finite differences and the directional test;
  *  - step x T == full sequence for the kernel, the layer (with the prefill state) and the model;
- *  - layer and model backward by finite differences (tests/gradcheck.h);
+ *  - layer and model backward by finite differences (tests/gradcheck.h), the model with RMSNorm and
+ *    with LayerNorm blocks and norm_f (norm_type layernorm);
  *  - PyTorch parity (tests/ref/gen_mamba1.py -> tests/ref/mamba1.safetensors): logits, loss, every
  *    gradient (rel <= 1e-5) and a 10-step AdamW trace with the spec §4.1 decay groups;
  *  - init rules (S4D-real A_log, D, dt bias range, out_proj rescale), config errors, and a
@@ -339,15 +340,25 @@ static int make_model(Model *m, const char *const *kv) {
 
 static const char *const TINY[] = {"vocab_size", "7", "pad_vocab_multiple", "4", "d_model", "8", "n_layer", "2",
                                    "d_state", "3", "expand", "2", NULL};
+static const char *const TINY_LN[] = {"vocab_size", "7", "pad_vocab_multiple", "4", "d_model", "8", "n_layer", "2",
+                                      "d_state", "3", "expand", "2", "norm_type", "layernorm", NULL};
 
-static void model_step_check(void) {
+/* LayerNorm blocks start with zero biases: give them values, so that they matter */
+static void perturb_norm_biases(Model *m, Rng *r) {
+    for (int i = 0; i < m->tab.n; i++)
+        if (strstr(m->tab.p[i].name, "norm.bias") || strstr(m->tab.p[i].name, "norm_f.bias"))
+            th_fill_uniform(m->params + m->tab.p[i].offset, m->tab.p[i].numel, r, -0.5f, 0.5f);
+}
+
+static void model_step_check(const char *const *kv, const char *name) {
     Model m;
-    TH_CHECK(make_model(&m, TINY) == 0, "create: %s", err_msg());
+    TH_CHECK(make_model(&m, kv) == 0, "create: %s", err_msg());
     model_init_params(&m, 3);
     enum { B = 2, T = 20 };
     int ids[B * T], col[B];
     Rng r;
     rng_seed(&r, 21, 0);
+    perturb_norm_biases(&m, &r);
     for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, 7);
     TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "fwd: %s", err_msg());
     TH_CHECK(m.V == 8, "padded vocab %d != 8", m.V);
@@ -361,8 +372,8 @@ static void model_step_check(void) {
         for (int b = 0; b < B; b++) memcpy(want + (size_t)b * m.V, full + ((size_t)b * T + t) * m.V, sizeof(float) * m.V);
         worst = fmax(worst, th_rel_err(lg, want, (size_t)B * m.V));
     }
-    TH_CHECK(worst <= 1e-5, "mamba1 model: step vs parallel rel err %.3g", worst);
-    printf("  model step vs parallel: rel err %.2e (B=%d, T=%d)\n", worst, B, T);
+    TH_CHECK(worst <= 1e-5, "%s: step vs parallel rel err %.3g", name, worst);
+    printf("  %s: step vs parallel: rel err %.2e (B=%d, T=%d)\n", name, worst, B, T);
     col[0] = 7;
     TH_CHECK(model_step(&m, col, lg) == IM_EINVAL, "out-of-range token accepted");
     free(full); free(lg); free(want);
@@ -387,14 +398,16 @@ static void model_bwd_case(void *p) {
     model_bwd(((ModelCtx *)p)->m);
 }
 
-static void model_fd(void) {
-    static const char *const kv[] = {"vocab_size", "6", "d_model", "8", "n_layer", "1", "d_state", "3",
-                                     "dt_rank", "2", NULL};
+/* norm_type: "rmsnorm" | "layernorm" (the block norm and norm_f of lm_resid, with bias) */
+static void model_fd(const char *norm_type) {
+    const char *const kv[] = {"vocab_size", "6", "d_model", "8", "n_layer", "1", "d_state", "3",
+                              "dt_rank", "2", "norm_type", norm_type, NULL};
     Model m;
     TH_CHECK(make_model(&m, kv) == 0, "create: %s", err_msg());
     model_init_params(&m, 4);
     Rng r;
     rng_seed(&r, 31, 0);
+    perturb_norm_biases(&m, &r);
     /* away from the init's near-identity decays, so A_log and dt_bias have gradients worth checking */
     float *dtb = model_tensor(&m, m.params, "backbone.layers.0.mixer.dt_proj.bias");
     for (int i = 0; i < 16; i++) dtb[i] = rng_uniform_range(&r, -1.5f, 0.5f);
@@ -411,7 +424,9 @@ static void model_fd(void) {
     int ids[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++) { ids[i] = (int)rng_below(&r, 6); tg[i] = i % 5 == 2 ? IGNORE_INDEX : (int)rng_below(&r, 6); }
     ModelCtx c = {&m, ids, tg, B, T};
-    GradCase gc = {.name = "mamba1 model", .loss = model_loss, .bwd = model_bwd_case, .ctx = &c, .h = 2e-2f, .tol = 5e-3};
+    char name[64];
+    snprintf(name, sizeof name, "mamba1 model, %s", norm_type);
+    GradCase gc = {.name = name, .loss = model_loss, .bwd = model_bwd_case, .ctx = &c, .h = 2e-2f, .tol = 5e-3};
     /* dt_proj and A_log get gradients of ~1e-5 here, below what FD of a float32 loss resolves (the
      * loss quantum / h): they are checked entry by entry at the layer level and enter the
      * directional test here */
@@ -556,8 +571,10 @@ int main(void) {
     printf("  s6 fast vs ref: worst fwd %.2e, worst bwd %.2e\n", worst_kernel_fwd, worst_kernel_bwd);
     s6_fd(&r);
     test_layer(&r);
-    model_step_check();
-    model_fd();
+    model_step_check(TINY, "mamba1 model");
+    model_step_check(TINY_LN, "mamba1 model, layernorm");
+    model_fd("rmsnorm");
+    model_fd("layernorm");
     model_ref("tests/ref/mamba1.safetensors");
     model_init_ckpt();
     printf("  worst FD rel err %.3g, worst directional rel err %.3g\n", worst_fd, worst_dir);

@@ -160,8 +160,53 @@ static void test_length_summary(void) {
     TH_CHECK(longest == 0 && first == 0, "the val row alone never counts");
 }
 
+/* A Fixed-Point RNN's rows carry the reference's iteration convention too: iters_ref = iters + 1
+ * in the row, a last CSV column "iters_ref" and a JSON member, in both evaluation modes. */
+static void test_fp_iters_ref(void) {
+    Task *t = make_task((const char *[]){"task", "parity", NULL});
+    if (!t) return;
+    ModelCfg c;
+    cfg_defaults(&c);
+    cfg_set(&c, "model", "fp_mamba");
+    cfg_set(&c, "d_model", "8");
+    cfg_set(&c, "d_state", "4");
+    c.vocab_size = task_vocab(t);
+    Model m;
+    TH_CHECK(model_create(&m, &c) == IM_OK, "fp_mamba: %s", err_msg());
+    model_init_params(&m, 12);
+    EvalRow rows[2];
+    TH_CHECK(eval_run(&m, t, 5, -1, 4, 4, EVAL_SIMULTANEOUS, &rows[0]) == IM_OK &&
+             eval_run(&m, t, 5, -1, 4, 4, EVAL_SEQUENTIAL, &rows[1]) == IM_OK, "fp eval: %s", err_msg());
+    for (int i = 0; i < 2; i++)
+        TH_CHECK(rows[i].iters >= 1 && rows[i].iters_ref == rows[i].iters + 1, "%s: iters %g, iters_ref %g",
+                 eval_mode_name(rows[i].mode), rows[i].iters, rows[i].iters_ref);
+    char dir[] = "/tmp/test_tasks_eval_XXXXXX", csv[128], js[128];
+    TH_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(csv, sizeof csv, "%s/fp.csv", dir);
+    snprintf(js, sizeof js, "%s/fp.json", dir);
+    TH_CHECK(eval_write_csv(csv, rows, 2) == IM_OK && eval_write_json(js, "x", "parity", rows, 2, NULL, 0) == IM_OK,
+             "write: %s", err_msg());
+    char *text = slurp(csv), *jt = slurp(js);
+    const char *nl = text ? strchr(text, '\n') : NULL;
+    TH_CHECK(nl && nl - text > 10 && !strncmp(nl - 10, ",iters_ref", 10), "csv header ends with iters_ref");
+    Json *j = NULL;
+    TH_CHECK(jt && json_parse(&j, jt, strlen(jt)) == IM_OK, "json");
+    const Json *r = j ? json_get(j, "rows") : NULL, *r0 = r && json_len(r) == 2 ? json_at(r, 1) : NULL;
+    const Json *ir = r0 ? json_get(r0, "iters_ref") : NULL, *it = r0 ? json_get(r0, "iters") : NULL;
+    TH_CHECK(ir && it && ir->number == it->number + 1, "json row: iters_ref = iters + 1");
+    json_free(j);
+    free(text);
+    free(jt);
+    remove(csv);
+    remove(js);
+    rmdir(dir);
+    model_free(&m);
+    task_free(t);
+}
+
 int main(void) {
     th_name = "test_tasks_eval";
+    test_fp_iters_ref();
     test_formal_and_files();
     test_copy_and_babi();
     test_length_summary();

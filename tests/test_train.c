@@ -444,6 +444,53 @@ static void schedules(void) {
     TH_CHECK(sched_parse("warmup-stable") < 0, "unknown schedule");
 }
 
+/* Fixed-Point RNNs log their solver counts twice: ours (fp_iters, iters: f evaluations of the
+ * solve) and the reference's (fp_iters_ref, iters_ref: iter_idx + 1 per solve). A 2-layer fp_mamba
+ * run: every train record has fp_iters_ref = fp_iters + 1 and every eval row iters_ref = iters + 1
+ * (to rounding: the mean over layers is taken of both); a mamba1 run logs neither. */
+static void fp_iteration_convention(void) {
+    const char *fams[] = {"fp_mamba", "mamba1"};
+    for (int k = 0; k < 2; k++) {
+        ModelCfg m;
+        TaskCfg t;
+        TrainCfg r;
+        Trainer a;
+        char out[32];
+        snprintf(out, sizeof out, "fpconv-%s", fams[k]);
+        configs(&m, &t, &r, fams[k], out, 10);
+        cfg_set(&m, "n_layer", "2");
+        TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s init: %s", fams[k], err_msg());
+        TH_CHECK(trainer_run(&a, 0) == 0, "%s run: %s", fams[k], err_msg());
+        trainer_free(&a);
+        char path[512];
+        snprintf(path, sizeof path, "%s/log.jsonl", r.out);
+        FILE *f = fopen(path, "rb");
+        char *text = NULL;
+        size_t n = 0;
+        int ok = f && fs_read_all(f, 0, &text, &n) == IM_OK, n_train = 0, n_eval = 0, n_bad = 0;
+        if (f) fclose(f);
+        for (size_t i = 0; ok && i < n;) {
+            const char *nl = memchr(text + i, '\n', n - i);
+            Json *j = NULL;
+            if (nl && json_parse(&j, text + i, (size_t)(nl - text - i)) == IM_OK) {
+                const Json *type = json_get(j, "type");
+                int train = type && !strcmp(type->string, "train");
+                const Json *it = json_get(j, train ? "fp_iters" : "iters");
+                const Json *ref = json_get(j, train ? "fp_iters_ref" : "iters_ref");
+                n_train += train, n_eval += !train;
+                if (k == 0) n_bad += !it || !ref || fabs(ref->number - it->number - 1) > 1e-9;
+                else n_bad += ref != NULL;
+            }
+            json_free(j);
+            i = nl ? (size_t)(nl - text) + 1 : n;
+        }
+        free(text);
+        TH_CHECK(ok && n_train >= 2 && n_eval >= 1 && !n_bad, "%s: %d train and %d eval records, %d without the "
+                 "reference's convention (or with it, for a model without a fixed point)", fams[k], n_train, n_eval,
+                 n_bad);
+    }
+}
+
 int main(void) {
     th_name = "test_train";
     snprintf(root, sizeof root, "/tmp/implicit-test-train-%d", (int)getpid());
@@ -463,6 +510,7 @@ int main(void) {
     best_needs_finite();
     kill_during_write();
     run_folder();
+    fp_iteration_convention();
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     TH_CHECK(system(cmd) == 0, "cleanup");
     return th_done();

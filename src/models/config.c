@@ -9,6 +9,7 @@
 #include "../core/check.h"
 #include "../fixedpoint/fp.h"
 #include "../io/keyjson.h"
+#include "../layers/blocknorm.h"
 
 #define KEY_STRUCT ModelCfg
 static const KeyInfo MODEL_KEYS[] = {MODEL_CFG_KEYS(KEY_INFO)};
@@ -138,6 +139,15 @@ int cfg_validate(const ModelCfg *c) {
     if (strcmp(c->mlp_type, "auto") && strcmp(c->mlp_type, "swiglu") && strcmp(c->mlp_type, "gated"))
         BAD("config key 'mlp_type': unknown '%s' (auto | swiglu | gated)", c->mlp_type);
     if (!(c->norm_eps > 0)) BAD("config key 'norm_eps' must be > 0");
+    if (blocknorm_parse(c->norm_type) < 0)
+        BAD("config key 'norm_type': unknown '%s' (%s)", c->norm_type, blocknorm_names());
+    /* the residual-stream LM (lm_resid.h) builds its norms from the key; the other families have
+     * RMSNorm written into their blocks */
+    if (blocknorm_parse(c->norm_type) != BLOCKNORM_RMS && !is_m1)
+        BAD("config key 'norm_type': %s applies to mamba1, fp_mamba, fp_mamba2 and fp_rnn only (model '%s' uses rmsnorm)",
+            c->norm_type, c->model);
+    if (c->mixer_norm_eps > 0 && !is_fp)
+        BAD("config key 'mixer_norm_eps': applies to fp_mamba, fp_mamba2 and fp_rnn only (model '%s')", c->model);
     if (!(c->dropout >= 0 && c->dropout < 1)) BAD("config key 'dropout' must be in [0, 1)");
     if (!(c->backbone_dropout >= 0 && c->backbone_dropout < 1)) BAD("config key 'backbone_dropout' must be in [0, 1)");
     if (is_l) {

@@ -23,7 +23,8 @@
     X(INT, n_layer, 2, "number of blocks (LSTM layers for lstm)")                                  \
     X(INT, d_inner, 0, "MLP width (0 = no MLP); SwiGLU hidden = floor(2*d_inner/3)")               \
     X(STR, mlp_type, "auto", "auto | swiglu | gated (auto: swiglu for llama, gated for mamba2)")   \
-    X(FLOAT, norm_eps, 1e-5, "epsilon of every RMSNorm")                                           \
+    X(FLOAT, norm_eps, 1e-5, "epsilon of every norm (fp_*: the fp layer's own norms use mixer_norm_eps when it is set)") \
+    X(STR, norm_type, "rmsnorm", "mamba1 / fp_*: block pre-norms and norm_f: rmsnorm | layernorm (with bias; mamba_ssm rms_norm False)") \
     X(INT, d_state, 16, "Mamba2 state size N")                                                     \
     X(INT, d_conv, 4, "Mamba2 causal conv width W")                                                \
     X(INT, expand, 2, "Mamba2 inner width E = expand * D")                                         \
@@ -58,6 +59,7 @@
     X(STR, kron_norm, "column-wise", "kronecker factor normalisation: column-wise | spectral")      \
     X(INT, bc_norm, 1, "fp_mamba: L2-normalise b and c")                                           \
     X(INT, glu_in_loop, 0, "fp_mamba: gate silu(z) inside the fixed-point loop")                   \
+    X(FLOAT, mixer_norm_eps, 0.0, "epsilon inside the fp layer (its in-loop norm, the mixer's normalisations; the reference's ssm_cfg norm_eps); 0 = norm_eps") \
     X(INT, fp_max_iter, 16, "training cap l_max on no-grad iterations per layer (< 0: Gamma-random per batch)") \
     X(STR, fp_gamma, "code", "random l_max: code = ceil(Gamma(4, k/16+1)) | paper = ceil(Gamma(4, 1))") \
     X(INT, fp_gamma_k, 16, "random l_max: the train length k of the code's parameterisation")      \
@@ -119,7 +121,7 @@
     X(rescale_out_proj, -1, 1) X(dt_rank, 0, 65536) X(short_conv, -1, 1)                           \
     X(delta_head_dim, 1, 65536) X(expand_v, 1, 64) X(n_householder, 1, 16) X(allow_neg_eigval, 0, 1) \
     X(mixer_rank, 1, 4096) X(mixer_proj_rank, -1, 65536) X(mixer_h_dep, 0, 1) X(symm_mixer, 0, 1)  \
-    X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \
+    X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(mixer_norm_eps, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \
     X(fp_n_backwards, 1, 64) X(fp_patience, 1, 1 << 20) X(fp_eval_cap, 1, 10000000)               \
     X(f_max_iter, 0, 100000) X(grad, 1, 64) X(ift, 0, 1) X(b_max_iter, 1, 100000)                  \
     X(eval_factor, 0, 1000) X(eval_f_max_iter, 0, 10000000) X(pretrain_steps, 0, 1 << 30)         \

@@ -7,7 +7,6 @@
 #include "../kernels/kernels.h"
 #include "../layers/embed.h"
 #include "../layers/head.h"
-#include "../layers/rmsnorm.h"
 
 void lm_ends_carve(LmEnds *e, Arena *a, const Model *m, int B, int T) {
     size_t M = (size_t)B * T, D = (size_t)m->cfg.d_model, V = (size_t)m->V;
@@ -16,10 +15,21 @@ void lm_ends_carve(LmEnds *e, Arena *a, const Model *m, int B, int T) {
     e->x0 = arena_floats(a, M * D);
     e->emb_mask = m->cfg.dropout > 0 ? arena_floats(a, M * D) : NULL;
     e->hf = arena_floats(a, M * D);
-    e->rstd_f = arena_floats(a, rmsnorm_cache_floats((int)M));
+    e->rstd_f = arena_floats(a, blocknorm_cache_floats(lm_norm_type(m), (int)M));
     e->head_cache = arena_floats(a, head_cache_floats((int)M, (int)V));
     e->head_scratch = arena_floats(a, head_scratch_floats((int)M, (int)V));
     e->dhf = arena_floats(a, M * D);
+}
+
+BlockNormType lm_norm_type(const Model *m) {
+    int t = blocknorm_parse(m->cfg.norm_type);
+    return t < 0 ? BLOCKNORM_RMS : (BlockNormType)t;
+}
+
+/* norm_f's bias in block (θ or dθ), NULL without one */
+static float *norm_f_bias(const Model *m, float *block) {
+    const ParamInfo *p = ptab_find(&m->tab, NORM_F_BIAS_NAME);
+    return p ? block + p->offset : NULL;
 }
 
 void lm_dropout_mask(Rng *r, float *mask, size_t n, float p) {
@@ -56,7 +66,7 @@ int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, 
     int M = B * T, D = m->cfg.d_model;
     const float *E = model_tensor(m, m->params, EMB_NAME);
     const float *nw = model_tensor(m, m->params, NORM_F_NAME);
-    rmsnorm_fwd(e->hf, e->rstd_f, z, nw, M, D, (float)m->cfg.norm_eps);
+    blocknorm_fwd(lm_norm_type(m), e->hf, e->rstd_f, z, nw, norm_f_bias(m, m->params), M, D, (float)m->cfg.norm_eps);
     e->has_targets = targets != NULL;
     m->logits = e->head_cache;
     if (!targets) {
@@ -84,13 +94,15 @@ void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T) {
     memset(e->dhf, 0, (size_t)M * D * sizeof(float));
     head_loss_bwd(e->dhf, model_tensor(m, m->grads, EMB_NAME), 1.0f, e->head_cache, e->head_scratch, e->hf, E,
                   e->targets, M, m->V, D, IGNORE_INDEX);
-    rmsnorm_bwd(dz, model_tensor(m, m->grads, NORM_F_NAME), e->dhf, z, nw, e->rstd_f, M, D);
+    blocknorm_bwd(lm_norm_type(m), dz, model_tensor(m, m->grads, NORM_F_NAME), norm_f_bias(m, m->grads), e->dhf, z, nw,
+                  e->rstd_f, M, D);
 }
 
 void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B) {
     int D = m->cfg.d_model;
-    float *hf = scratch, *rstd = scratch + (size_t)B * D;
-    rmsnorm_fwd(hf, rstd, z, model_tensor(m, m->params, NORM_F_NAME), B, D, (float)m->cfg.norm_eps);
+    float *hf = scratch; /* no-grad: the norm keeps no cache */
+    blocknorm_fwd(lm_norm_type(m), hf, NULL, z, model_tensor(m, m->params, NORM_F_NAME), norm_f_bias(m, m->params), B,
+                  D, (float)m->cfg.norm_eps);
     head_logits(logits, hf, model_tensor(m, m->params, EMB_NAME), B, m->V, D);
 }
 

@@ -1,5 +1,5 @@
 /* lm_common.h: the parts every explicit language model shares — token embedding with dropout,
- * final RMSNorm and the tied head with cross-entropy (spec implicit-lm §1.1) — and the bit of
+ * final norm (RMSNorm, or LayerNorm where the model has norm_type layernorm) and the tied head with cross-entropy (spec implicit-lm §1.1) — and the bit of
  * bookkeeping to carve activation memory with a measuring pass (STYLE §8.6).
  * Internal to src/models/.
  */
@@ -7,10 +7,13 @@
 #define IMPLICIT_LM_COMMON_H
 
 #include "../core/arena.h"
+#include "../layers/blocknorm.h"
 #include "model.h"
 
 #define EMB_NAME "word_emb.emb.weight"
 #define NORM_F_NAME "backbone.norm_f.weight"
+/* norm_f's bias: present with norm_type layernorm (residual-stream LM, lm_resid.h) only */
+#define NORM_F_BIAS_NAME "backbone.norm_f.bias"
 
 /* Buffers of the shared ends of the model, for B sequences of length T. */
 typedef struct {
@@ -18,7 +21,7 @@ typedef struct {
     float *x0;           /* (B,T,D) embeddings after dropout */
     float *emb_mask;     /* (B,T,D) dropout mask (scaled) | NULL when dropout is off */
     float *hf;           /* (B,T,D) norm_f output */
-    float *rstd_f;       /* (B*T) */
+    float *rstd_f;       /* norm_f's cache: (B*T) rstd, or (2 B*T) mean and rstd for layernorm */
     float *head_cache;   /* (B*T, V): the logits */
     float *head_scratch;
     float *dhf;          /* (B,T,D) gradient at the norm_f output */
@@ -38,6 +41,9 @@ int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, 
 void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T);
 /* One token: z:(B,D) → logits:(B,V). scratch: (B*D + B) floats. */
 void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B);
+/* The model's block-norm type (cfg.norm_type, validated). */
+BlockNormType lm_norm_type(const Model *m);
+
 /* Sample a variational/standard dropout mask: n entries of 0 or 1/(1-p). */
 void lm_dropout_mask(Rng *r, float *mask, size_t n, float p);
 /* Measure, allocate and carve: calls carve(m, a, B, T) twice (measuring, then real). */

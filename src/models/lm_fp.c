@@ -32,7 +32,7 @@ static int fpk_init(void **cfg, const ModelCfg *c) {
     int R = c->dt_rank > 0 ? c->dt_rank : (c->d_model + 15) / 16;
     int conv = c->short_conv == 1; /* -1 = the word-problem default: no conv */
     int rc = fp_mamba_cfg_init(&k->c, c->d_model, c->expand, c->d_state, R, c->d_conv, conv, c->mixer_h_dep,
-                               c->symm_mixer, c->bc_norm, c->glu_in_loop, c->fp_n_backwards, (float)c->norm_eps,
+                               c->symm_mixer, c->bc_norm, c->glu_in_loop, c->fp_n_backwards, lm_fp_layer_eps(c),
                                c->mixer_type, c->mixer_rank, c->mixer_ac, c->mixer_proj_rank, c->kron_norm);
     if (rc) {
         free(k);
@@ -126,10 +126,12 @@ void lm_fp_note_stats(const LmMixCtx *x, double iters, double best_max, int cap,
     int L = m->cfg.n_layer;
     if (x->layer == 0) {
         m->fp_iters = 0;
+        m->fp_iters_ref = 0;
         m->fp_res = 0;
         m->fp_res_max = 0;
     }
     m->fp_iters += iters / L;
+    m->fp_iters_ref += (iters + 1) / L; /* the reference logs iter_idx + 1 per solve */
     m->fp_res += best_max / L;
     if (best_max > m->fp_res_max) m->fp_res_max = best_max;
     m->fp_step_max = cap;

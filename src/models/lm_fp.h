@@ -16,11 +16,19 @@
 #include "../fixedpoint/fpo.h"
 #include "lm_resid.h"
 
+/* The epsilon inside a fixed-point layer (its in-loop norm and the mixer's normalisations):
+ * mixer_norm_eps when set, else norm_eps. The reference sets the two apart (its word-problem and
+ * arithmetic runs pass norm_eps 1e-6 to the layer while the block norms keep 1e-5). */
+static inline float lm_fp_layer_eps(const ModelCfg *c) {
+    return (float)(c->mixer_norm_eps > 0 ? c->mixer_norm_eps : c->norm_eps);
+}
+
 /* Options of a forward (m->training picks the rule) or, with step = 1, of a sequential step. */
 FpoOpts lm_fp_solver_opts(const Model *m, int step);
 
 /* Record one layer's solve: m->fp_iters = mean over layers of the f evaluations (per token in
- * sequential mode), m->fp_iters_median = their median over layers (the reference's logged value),
+ * sequential mode), m->fp_iters_median = their median over layers, m->fp_iters_ref = the mean of
+ * the reference's logged counts (iter_idx + 1 per solve, so fp_iters + 1),
  * m->fp_res = mean and m->fp_res_max = worst of the layers' worst best-residuals, m->fp_step_max
  * = the cap, m->fp_phase = phase. iters: this layer's evaluations (per token in step mode). */
 void lm_fp_note_stats(const LmMixCtx *x, double iters, double best_max, int cap, const char *phase);

@@ -51,7 +51,7 @@ static int m2_init(void **cfg, const ModelCfg *c) {
     if (rc) return rc;
     M2Cfg *k = xcalloc(1, sizeof *k);
     rc = fp_mamba2_cfg_init(&k->c, c->d_model, c->expand, c->d_state, c->headdim, c->d_conv, c->short_conv == 1,
-                            c->mixer_h_dep, c->symm_mixer, c->glu_in_loop, c->fp_n_backwards, (float)c->norm_eps,
+                            c->mixer_h_dep, c->symm_mixer, c->glu_in_loop, c->fp_n_backwards, lm_fp_layer_eps(c),
                             c->mixer_type, c->mixer_rank, c->mixer_ac, c->mixer_proj_rank, c->kron_norm);
     if (rc) {
         free(k);
@@ -163,7 +163,7 @@ static int rn_init(void **cfg, const ModelCfg *c) {
     if (rc) return rc;
     RnCfg *k = xcalloc(1, sizeof *k);
     rc = fp_rnn_cfg_init(&k->c, c->d_model, c->expand, c->d_conv, c->short_conv != 0, c->mixer_h_dep, c->symm_mixer,
-                         c->fp_n_backwards, (float)c->norm_eps, c->mixer_type, c->mixer_rank, c->mixer_ac,
+                         c->fp_n_backwards, lm_fp_layer_eps(c), c->mixer_type, c->mixer_rank, c->mixer_ac,
                          c->mixer_proj_rank, c->kron_norm);
     if (rc) {
         free(k);

@@ -1,7 +1,7 @@
 /* lm_resid.c: the residual-stream LM of spec fp-rnn §3.4 with pluggable mixers (lm_resid.h), and
  * its first mixer kind, Mamba-1 (spec §5.2, init §3.1/§3.4).
  *
- * The wrapper keeps, per layer, the stream r_l entering it (the RMSNorm's input), the normed
+ * The wrapper keeps, per layer, the stream r_l entering it (the norm's input), the normed
  * mixer input and the norm's rstd; the mixer's output is written straight into r_{l+1} and r_l
  * added on top. The backward walks the layers in reverse with one gradient dr of the stream:
  * the mixer's backward gives d(normed input), the norm's backward adds its part onto dr, whose
@@ -20,7 +20,7 @@
 #include "../kernels/kernels.h"
 #include "../layers/embed.h"
 #include "../layers/mamba1.h"
-#include "../layers/rmsnorm.h"
+#include "../layers/blocknorm.h"
 #include "lm_common.h"
 
 /* The mixer kinds, looked up by cfg.model. */
@@ -30,14 +30,17 @@ typedef struct {
     const LmMixerKind *kind;
     void *kcfg;                /* the kind's hyperparameters */
     char *w_off, *w, *dw;      /* (n_layer) weight structs: offsets, into θ, into dθ */
+    BlockNormType nt;          /* cfg.norm_type: RMSNorm or LayerNorm blocks and norm_f */
     size_t *norm_off;          /* (n_layer) offsets of backbone.layers.<l>.norm.weight */
+    size_t *norm_b_off;        /* (n_layer) offsets of backbone.layers.<l>.norm.bias (layernorm) */
     double *layer_stat;        /* (2 n_layer) per-layer diagnostics of the kinds (LmMixCtx) */
     int bound;
     Arena acts;
     LmEnds ends;
     float *r;                  /* (n_layer+1, B,T,D) stream entering each layer; r[n_layer] -> norm_f */
     float *xn;                 /* (n_layer, B,T,D) normed mixer inputs */
-    float *rstd;               /* (n_layer, B*T) */
+    float *rstd;               /* (n_layer, norm cache of B*T rows) */
+    size_t norm_cache;         /* floats of one layer's norm cache */
     float *cache;              /* (n_layer, cache_per_layer) */
     size_t cache_per_layer;
     float *scratch;
@@ -72,16 +75,23 @@ int lm_resid_build(Model *m) {
     lm->w_off = xcalloc((size_t)L, kind->w_size);
     lm->w = xcalloc((size_t)L, kind->w_size);
     lm->dw = xcalloc((size_t)L, kind->w_size);
+    lm->nt = lm_norm_type(m);
     lm->norm_off = xcalloc((size_t)L, sizeof *lm->norm_off);
+    lm->norm_b_off = xcalloc((size_t)L, sizeof *lm->norm_b_off);
     lm->layer_stat = xcalloc(2 * (size_t)L, sizeof *lm->layer_stat);
     ptab_add(&m->tab, EMB_NAME, INIT_NORMAL, (float)c->emb_init_std, 0, 1, 2, m->V, D);
     char name[PARAM_NAME_LEN];
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "backbone.layers.%d.norm.weight", l);
         lm->norm_off[l] = ptab_add(&m->tab, name, INIT_ONE, 0, 0, 0, 1, D);
+        if (blocknorm_has_bias(lm->nt)) {
+            snprintf(name, sizeof name, "backbone.layers.%d.norm.bias", l);
+            lm->norm_b_off[l] = ptab_add(&m->tab, name, INIT_ZERO, 0, 0, 0, 1, D);
+        }
         kind->add_params(lm->kcfg, c, &m->tab, l, wl(lm, lm->w_off, l));
     }
     ptab_add(&m->tab, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, D);
+    if (blocknorm_has_bias(lm->nt)) ptab_add(&m->tab, NORM_F_BIAS_NAME, INIT_ZERO, 0, 0, 0, 1, D);
     return IM_OK;
 }
 
@@ -128,7 +138,8 @@ static void carve(Model *m, Arena *a, int B, int T) {
     lm_ends_carve(&lm->ends, a, m, B, T);
     lm->r = arena_floats(a, (keep ? (size_t)L + 1 : 2) * MD);
     lm->xn = arena_floats(a, slots * MD);
-    lm->rstd = arena_floats(a, slots * rmsnorm_cache_floats((int)M));
+    lm->norm_cache = blocknorm_cache_floats(lm->nt, (int)M);
+    lm->rstd = arena_floats(a, slots * lm->norm_cache);
     lm->cache_per_layer = lm->kind->cache_floats(lm->kcfg, B, T);
     lm->cache = arena_floats(a, slots * lm->cache_per_layer);
     lm->scratch = arena_floats(a, lm->kind->scratch_floats(lm->kcfg, B, T));
@@ -149,6 +160,12 @@ static float *norm_w(const Model *m, float *base, int l) {
     return base + lm->norm_off[l];
 }
 
+/* layer l's norm bias in base (θ or dθ); NULL for RMSNorm */
+static float *norm_b(const Model *m, float *base, int l) {
+    const LmResid *lm = m->impl;
+    return blocknorm_has_bias(lm->nt) ? base + lm->norm_b_off[l] : NULL;
+}
+
 int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
     LmResid *lm = m->impl;
     const int D = m->cfg.d_model, M = B * T;
@@ -162,11 +179,12 @@ int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, flo
         size_t at = keep ? (size_t)l : 0;   /* no_grad: one slot of everything, two of the stream */
         float *r = lm->r + (keep ? (size_t)l : (size_t)(l % 2)) * MD;
         float *rn = lm->r + (keep ? (size_t)l + 1 : (size_t)((l + 1) % 2)) * MD, *xn = lm->xn + at * MD;
-        rmsnorm_fwd(xn, lm->rstd + at * M, r, norm_w(m, m->params, l), M, D, eps);
+        blocknorm_fwd(lm->nt, xn, lm->rstd + at * lm->norm_cache, r, norm_w(m, m->params, l), norm_b(m, m->params, l),
+                      M, D, eps);
         LmMixCtx x = ctx_of(m, l);
         int rc = lm->kind->fwd(&x, wl(lm, lm->w, l), rn, xn, lm->cache + at * lm->cache_per_layer, lm->scratch, B, T);
         if (rc) return rc;
-        k_axpby(rn, 1.f, r, 1.f, MD); /* r_{l+1} = r_l + Mixer(RMSNorm(r_l)) */
+        k_axpby(rn, 1.f, r, 1.f, MD); /* r_{l+1} = r_l + Mixer(Norm(r_l)) */
     }
     int last = keep ? m->cfg.n_layer : m->cfg.n_layer % 2;
     return lm_head_fwd(m, &lm->ends, lm->r + (size_t)last * MD, targets, B, T, loss);
@@ -185,9 +203,9 @@ void lm_resid_bwd(Model *m) {
         LmMixCtx x = ctx_of(m, l);
         lm->kind->bwd(&x, wl(lm, lm->w, l), wl(lm, lm->dw, l), lm->dxn, lm->dr, xn,
                       lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, B, T);
-        /* dr already carries the identity path; the norm adds d(RMSNorm_l) */
-        rmsnorm_bwd(lm->dr, norm_w(m, m->grads, l), lm->dxn, r, norm_w(m, m->params, l),
-                    lm->rstd + (size_t)l * M, M, D);
+        /* dr already carries the identity path; the norm adds d(Norm_l) */
+        blocknorm_bwd(lm->nt, lm->dr, norm_w(m, m->grads, l), norm_b(m, m->grads, l), lm->dxn, r,
+                      norm_w(m, m->params, l), lm->rstd + (size_t)l * lm->norm_cache, M, D);
     }
     lm_embed_bwd(m, &lm->ends, lm->dr, B, T);
 }
@@ -223,7 +241,8 @@ int lm_resid_step(Model *m, const int *ids, float *logits) {
     const size_t BD = (size_t)B * D;
     embed_fwd(lm->rs, ids, model_tensor(m, m->params, EMB_NAME), B, m->V, D); /* ids validated */
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        rmsnorm_fwd(lm->xs, NULL, lm->rs, norm_w(m, m->params, l), B, D, (float)m->cfg.norm_eps);
+        blocknorm_fwd(lm->nt, lm->xs, NULL, lm->rs, norm_w(m, m->params, l), norm_b(m, m->params, l), B, D,
+                      (float)m->cfg.norm_eps);
         LmMixCtx x = ctx_of(m, l);
         int rc = lm->kind->step(&x, wl(lm, lm->w, l), lm->ys, lm->xs, lm->state + (size_t)l * lm->state_per_layer,
                                 lm->step_scratch, B);
@@ -249,6 +268,7 @@ void lm_resid_free(Model *m) {
     free(lm->w);
     free(lm->dw);
     free(lm->norm_off);
+    free(lm->norm_b_off);
     free(lm->layer_stat);
     free(lm);
     m->impl = NULL;

@@ -2,10 +2,13 @@
  * d_intermediate = 0), with pluggable per-layer mixers. Internal to src/models/.
  *
  *   r_0 = E[ids]                                   (embedding dropout as every LM, lm_common.h)
- *   r_{l+1} = r_l + Mixer_l(RMSNorm_l(r_l))        l = 0 .. n_layer-1, no MLP
- *   logits = RMSNorm_f(r_L) E^T                    tied head, padded vocabulary
- * Names: the shared ends of lm_common.h (EMB_NAME, NORM_F_NAME), "backbone.layers.<l>.norm.weight"
- * and the mixer's own tensors under "backbone.layers.<l>.mixer.".
+ *   r_{l+1} = r_l + Mixer_l(Norm_l(r_l))           l = 0 .. n_layer-1, no MLP
+ *   logits = Norm_f(r_L) E^T                       tied head, padded vocabulary
+ * Norm = RMSNorm or, with norm_type layernorm, LayerNorm with bias (mamba_ssm's rms_norm = False),
+ * eps norm_eps (layers/blocknorm.h).
+ * Names: the shared ends of lm_common.h (EMB_NAME, NORM_F_NAME, NORM_F_BIAS_NAME),
+ * "backbone.layers.<l>.norm.weight" (and ".norm.bias") and the mixer's own tensors under
+ * "backbone.layers.<l>.mixer.".
  *
  * A mixer kind (LmMixerKind) is everything the wrapper needs to know about one layer type: its
  * hyperparameters (built once per model from the ModelCfg), its tensors, its three kinds of

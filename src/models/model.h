@@ -76,6 +76,9 @@ struct Model {
     /* Fixed-point diagnostics of the last forward / step (implicit models; 0 for explicit ones) */
     double fp_iters;     /* solver f-evaluations (mean over tokens for step) */
     double fp_iters_median; /* fixed-point RNNs: median over layers of the f-evaluations */
+    double fp_iters_ref; /* fixed-point RNNs: fp_iters in the reference's convention, which logs
+                          * iter_idx + 1 for a solve of iter_idx f-evaluations: fp_iters + 1 (0 for
+                          * the other models) */
     double jac_loss;     /* implicit models: the Jacobian regulariser of the last backward (0 = none) */
     double fp_res;       /* final relative residual (mean over samples) */
     double fp_res_max;   /* worst sample's residual (training solve: per-sample lowest; eval: last) */

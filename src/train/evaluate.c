@@ -131,6 +131,7 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     out->seq_acc = s.seq_n > 0 ? s.seq_ok / s.seq_n : 0;
     out->scaled_acc = (out->tok_acc - out->chance) / (1 - out->chance);
     out->iters = nbatch ? iters / nbatch : 0;
+    out->iters_ref = m->type->family == MODEL_FP_RNN ? out->iters + 1 : 0; /* the mean of (iter_idx + 1) per solve */
     out->agree = agree_n > 0 ? agree / agree_n : -1;
     out->conv_sim = conv_sim[1] > 0 ? conv_sim[0] / conv_sim[1] : -1;
     out->conv_seq = conv_seq[1] > 0 ? conv_seq[0] / conv_seq[1] : -1;
@@ -244,16 +245,18 @@ static void len_label(const EvalRow *r, char *buf, size_t cap) {
 }
 
 void eval_print_table(const EvalRow *rows, int n, FILE *f) {
-    int implicit = 0, both = 0, scaled = 0, lm = 0, csim = 0, cseq = 0;
+    int implicit = 0, both = 0, scaled = 0, lm = 0, csim = 0, cseq = 0, ref = 0;
     for (int i = 0; i < n; i++)
         implicit |= rows[i].max_iter > 0, both |= rows[i].agree >= 0, scaled |= rows[i].chance > 0, lm |= rows[i].ppl > 0,
-            csim |= rows[i].conv_sim >= 0, cseq |= rows[i].conv_seq >= 0;
-    fprintf(f, "| length |    p | mode         | samples |   loss |%s tok acc | last10 acc | seq acc |%s%s%s%s%s\n",
-            lm ? "      ppl |" : "", scaled ? " scaled |" : "", implicit ? " max it | iters |" : "", both ? " agree |" : "",
-            csim ? " conv sim |" : "", cseq ? " conv seq |" : "");
-    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|%s--------:|-----------:|--------:|%s%s%s%s%s\n",
-            lm ? "---------:|" : "", scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "", both ? "------:|" : "",
-            csim ? "---------:|" : "", cseq ? "---------:|" : "");
+            csim |= rows[i].conv_sim >= 0, cseq |= rows[i].conv_seq >= 0, ref |= rows[i].iters_ref > 0;
+    fprintf(f, "| length |    p | mode         | samples |   loss |%s tok acc | last10 acc | seq acc |%s%s%s%s%s%s\n",
+            lm ? "      ppl |" : "", scaled ? " scaled |" : "", implicit ? " max it | iters |" : "",
+            implicit && ref ? " iters (ref) |" : "", both ? " agree |" : "", csim ? " conv sim |" : "",
+            cseq ? " conv seq |" : "");
+    fprintf(f, "|-------:|-----:|--------------|--------:|-------:|%s--------:|-----------:|--------:|%s%s%s%s%s%s\n",
+            lm ? "---------:|" : "", scaled ? "-------:|" : "", implicit ? "-------:|------:|" : "",
+            implicit && ref ? "------------:|" : "", both ? "------:|" : "", csim ? "---------:|" : "",
+            cseq ? "---------:|" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char p[16], len[16];
@@ -265,6 +268,7 @@ void eval_print_table(const EvalRow *rows, int n, FILE *f) {
         fprintf(f, " %6.2f%% | %9.2f%% | %6.2f%% |", 100 * r->tok_acc, 100 * r->last10_acc, 100 * r->seq_acc);
         if (scaled) fprintf(f, " %6.3f |", r->scaled_acc);
         if (implicit) fprintf(f, " %6d | %5.1f |", r->max_iter, r->iters);
+        if (implicit && ref) fprintf(f, " %11.1f |", r->iters_ref > 0 ? r->iters_ref : 0.0);
         if (both) fprintf(f, " %4.1f%% |", r->agree >= 0 ? 100 * r->agree : 0.0);
         /* share of solves that reached the tolerance; "-" where that mode did not run */
         if (csim) r->conv_sim >= 0 ? fprintf(f, "   %5.1f%% |", 100 * r->conv_sim) : fprintf(f, "        - |");
@@ -316,10 +320,10 @@ static int emit_csv(FILE *f, void *ctx) {
     const EvalRow *rows = ((const RowList *)ctx)->rows;
     int n = ((const RowList *)ctx)->n;
     char a[32], b[32], c[32], d[32];
-    int lm = 0;
-    for (int i = 0; i < n; i++) lm |= rows[i].ppl > 0;
-    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,conv_sim,conv_seq,seconds%s\n",
-            lm ? ",ppl" : "");
+    int lm = 0, ref = 0;
+    for (int i = 0; i < n; i++) lm |= rows[i].ppl > 0, ref |= rows[i].iters_ref > 0;
+    fprintf(f, "len,len_min,len_max,p,mode,samples,loss,tok_acc,last10_acc,seq_acc,scaled_acc,max_iter,iters,agree,conv_sim,conv_seq,seconds%s%s\n",
+            lm ? ",ppl" : "", ref ? ",iters_ref" : "");
     for (int i = 0; i < n; i++) {
         const EvalRow *r = &rows[i];
         char len[16];
@@ -334,6 +338,7 @@ static int emit_csv(FILE *f, void *ctx) {
         fprintf(f, "%s,", r->conv_sim >= 0 ? num(a, sizeof a, r->conv_sim) : "");
         fprintf(f, "%s,%.6f", r->conv_seq >= 0 ? num(a, sizeof a, r->conv_seq) : "", r->seconds);
         if (lm) fprintf(f, ",%s", r->ppl > 0 ? num(a, sizeof a, r->ppl) : "");
+        if (ref) fprintf(f, ",%s", r->iters_ref > 0 ? num(a, sizeof a, r->iters_ref) : "");
         fputc('\n', f);
     }
     return ferror(f) ? err_set(IM_EIO, "write error") : IM_OK;
@@ -445,6 +450,7 @@ int eval_write_json_pos(const char *path, const char *ckpt, const char *task, co
         if (r->chance > 0) json_buf_kv_num(&b, "chance", r->chance), json_buf_kv_num(&b, "scaled_acc", r->scaled_acc);
         json_buf_kv_str(&b, "mode", eval_mode_name(r->mode));
         if (r->max_iter > 0) json_buf_kv_int(&b, "max_iter", r->max_iter), json_buf_kv_num(&b, "iters", r->iters);
+        if (r->max_iter > 0 && r->iters_ref > 0) json_buf_kv_num(&b, "iters_ref", r->iters_ref);
         if (r->agree >= 0) json_buf_kv_num(&b, "agree", r->agree);
         if (r->conv_sim >= 0) json_buf_kv_num(&b, "conv_sim", r->conv_sim);
         if (r->conv_seq >= 0) json_buf_kv_num(&b, "conv_seq", r->conv_seq);

@@ -27,6 +27,8 @@ typedef struct {
     int mode;         /* EvalMode */
     int max_iter;     /* implicit models: the eval iteration cap used (0: explicit model) */
     double iters;     /* mean solver f-evaluations per forward (simultaneous) or per token */
+    double iters_ref; /* Fixed-Point RNNs: iters in the reference's convention (iter_idx + 1 per
+                       * solve: iters + 1, so >= 1); 0 for the other models */
     double agree;     /* EVAL_BOTH: argmax agreement simultaneous vs sequential (-1: not run) */
     double conv_sim;  /* simultaneous: share of the sequences whose solve reached f_tol (-1: not run / no tolerance) */
     double conv_seq;  /* sequential: share of the (sequence, token) solves that reached f_tol (-1: likewise) */

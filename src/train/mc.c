@@ -301,6 +301,7 @@ int mc_run(Model *m, const Tokenizer *tok, const McTask *t, const McOpts *o, McI
         sum->gold_loglik = gold_ll / n_ok;
         sum->gold_nll_per_token = gold_tokens ? gold_nll / (double)gold_tokens : 0;
         sum->iters = sum->forwards ? iters / (double)sum->forwards : 0;
+        sum->iters_ref = m->type->family == MODEL_FP_RNN && sum->forwards ? sum->iters + 1 : 0;
         sum->seconds = timer_now() - t0;
         if (o && o->progress) o->progress(o->progress_ctx, i + 1, t->n, sum);
     }
@@ -334,6 +335,7 @@ int mc_write_json(const char *path, const char *ckpt, const char *task_path, con
     json_buf_kv_int(&b, "n_split", sum->n_split);
     json_buf_kv_int(&b, "n_truncated", sum->n_truncated);
     json_buf_kv_num(&b, "iters", sum->iters);
+    if (sum->iters_ref > 0) json_buf_kv_num(&b, "iters_ref", sum->iters_ref);
     json_buf_kv_num(&b, "seconds", sum->seconds);
     if (res) {
         json_buf_key(&b, "items");

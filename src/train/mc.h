@@ -75,6 +75,7 @@ typedef struct {
     int n_split;            /* pairs scored with the separate-encoding fallback */
     int n_truncated;        /* pairs whose context was cut on the left */
     double iters;           /* implicit / fp models: mean solver f-evaluations per forward */
+    double iters_ref;       /* fp models: iters in the reference's convention (iters + 1); 0 otherwise */
     double seconds;
 } McSummary;
 
@@ -90,7 +91,7 @@ typedef struct {
 int mc_run(Model *m, const Tokenizer *tok, const McTask *t, const McOpts *o, McItemResult *res, McSummary *sum);
 void mc_results_free(McItemResult *res, int n);
 /* {"checkpoint", "task", "tokenizer", "n", "acc", "acc_norm", "greedy_acc", "gold_loglik",
- *  "gold_nll_per_token", "n_split", "n_truncated", "iters", "seconds",
+ *  "gold_nll_per_token", "n_split", "n_truncated", "iters", "iters_ref" (fp models), "seconds",
  *  "items": [{"line", "gold", "pred", "pred_norm", "loglik": [...], "tokens": [...]}]}.
  * A report (io/atomic.h; "-" = stdout). */
 int mc_write_json(const char *path, const char *ckpt, const char *task_path, const char *tok_spec, const McTask *t,

@@ -344,6 +344,7 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     if (r->max_iter > 0) {
         json_buf_key(&b, "max_iter"); json_buf_int(&b, r->max_iter);
         json_buf_key(&b, "iters"); json_buf_num(&b, r->iters);
+        if (r->iters_ref > 0) { json_buf_key(&b, "iters_ref"); json_buf_num(&b, r->iters_ref); }
     }
     if (r->agree >= 0) { json_buf_key(&b, "agree"); json_buf_num(&b, r->agree); }
     if (r->conv_sim >= 0) { json_buf_key(&b, "conv_sim"); json_buf_num(&b, r->conv_sim); }
@@ -481,6 +482,7 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
         json_buf_key(&b, "phase"); json_buf_str(&b, t->model.fp_phase);
         json_buf_key(&b, "fp_iters"); json_buf_num(&b, t->model.fp_iters);
         if (t->model.fp_iters_median > 0) { json_buf_key(&b, "fp_iters_median"); json_buf_num(&b, t->model.fp_iters_median); }
+        if (t->model.type->family == MODEL_FP_RNN) { json_buf_key(&b, "fp_iters_ref"); json_buf_num(&b, t->model.fp_iters_ref); }
         if (t->model.jac_loss > 0) { json_buf_key(&b, "jac_loss"); json_buf_num(&b, t->model.jac_loss); }
         json_buf_key(&b, "fp_rel_res"); json_buf_num(&b, t->model.fp_res);
         json_buf_key(&b, "fp_rel_res_max"); json_buf_num(&b, t->model.fp_res_max);

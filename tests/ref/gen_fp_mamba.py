@@ -22,10 +22,14 @@ backbone.layers.{i}.mixer.{in_proj.weight, conv1d.weight, conv1d.bias, x_proj.we
 dt_proj.bias, A_log, D, bc_proj.weight_g/_v, zy_proj.weight_g/_v, mixer.<proj>.weight_g/_v/bias,
 out_norm.weight, out_norm.bias, out_proj.weight}, backbone.norm_f.weight.
 
-Cases (V 11 padded to 16, d_model 8, expand 2 (E 16), d_state 4, dt_rank 1, B 2, T 7, eps 1e-5 everywhere):
+Cases (V 11 padded to 16, d_model 8, expand 2 (E 16), d_state 4, dt_rank 1, B 2, T 7, eps 1e-5 everywhere
+unless said):
   fp_mamba.safetensors       Householder r=2, concat h-dep, no conv, glu_in_loop 0, n_backwards 1, 2 layers
   fp_mamba_kron.safetensors  Kronecker (4x4, column-wise), concat h-dep, conv, glu_in_loop 1,
                              n_backwards 2, 1 layer
+  fp_mamba_ln.safetensors    Householder r=1, concat h-dep, conv, glu_in_loop 0, n_backwards 1, 2 layers;
+                             LayerNorm blocks and norm_f (weight and bias, eps 1e-5: mamba_ssm's
+                             rms_norm = False) and the layer's own eps (in-loop LayerNorm, mixer) 0.02
 Parameters are NOT at their init: every tensor is perturbed (below), so every gradient is non-trivial.
 
 Stored (besides the parameters; all outputs in float64 from the float32 weights, rounded once):
@@ -86,7 +90,15 @@ CASES = [
          glu_in_loop=0, n_back=1, max_iter=16, thr=0.1, alpha_bias=-1.25, train_stop="quantile"),
     dict(file="fp_mamba_kron.safetensors", seed=100, n_layer=1, mixer_type="kronecker", mixer_rank=1, conv=1,
          glu_in_loop=1, n_back=2, max_iter=16, thr=0.1, alpha_bias=-1.0, train_stop="cap"),
+    # mamba_ssm's rms_norm = False: LayerNorm (with bias) blocks and norm_f at eps 1e-5, and the layer's
+    # own eps (in-loop LayerNorm, mixer normalisations) set apart; 0.02 rather than the reference's
+    # 1e-6 so that a port which swaps the two epsilons, or uses one for both, is visibly off
+    dict(file="fp_mamba_ln.safetensors", seed=int(os.environ.get("FP_LN_SEED", 110)), n_layer=2,
+         mixer_type="householder", mixer_rank=1, conv=1, glu_in_loop=0, n_back=1, max_iter=16, thr=0.1,
+         alpha_bias=-1.25, train_stop="quantile", norm_type="layernorm", block_eps=1e-5, mixer_eps=0.02),
 ]
+if os.environ.get("FP_ONLY"):
+    CASES = [c for c in CASES if c["file"] == os.environ["FP_ONLY"]]
 
 
 def full_cfg(case):
@@ -100,7 +112,20 @@ def full_cfg(case):
 
 def mixer_case(c):
     """gen_mixer's case tuple: (name, type, d, dp, rank, ac, proj_rank, kron_norm, eps)."""
-    return ("m", c["mixer_type"], c["E"], c["dp"], c["mixer_rank"], "silu", -1, "column-wise", EPS)
+    return ("m", c["mixer_type"], c["E"], c["dp"], c["mixer_rank"], "silu", -1, "column-wise", mixer_eps(c))
+
+
+def mixer_eps(c):
+    """The epsilon inside the layer (its in-loop LayerNorm and the mixer's normalisations)."""
+    return c.get("mixer_eps", EPS)
+
+
+def block_norm(c, x, w, b):
+    """The residual stream's norm: RMSNorm (no bias) or LayerNorm with bias, eps block_eps."""
+    eps = c.get("block_eps", EPS)
+    if c.get("norm_type", "rmsnorm") == "layernorm":
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+    return cm.rmsnorm(x, w, eps)
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -118,6 +143,8 @@ def init_params(c):
         pre = f"backbone.layers.{i}."
         m = pre + "mixer."
         p[pre + "norm.weight"] = cm.perturb_ones(D)
+        if c.get("norm_type") == "layernorm":
+            p[pre + "norm.bias"] = 0.1 * torch.randn(D)
         p[m + "in_proj.weight"] = cm.uniform_((2 * E, D), 1 / math.sqrt(D))
         if c["conv"]:
             p[m + "conv1d.weight"] = cm.uniform_((E, 1, W), 1 / math.sqrt(W))
@@ -139,6 +166,8 @@ def init_params(c):
         p[m + "out_norm.bias"] = 0.1 * torch.randn(E)
         p[m + "out_proj.weight"] = cm.uniform_((D, E), 1 / math.sqrt(E)) / math.sqrt(L)
     p["backbone.norm_f.weight"] = cm.perturb_ones(D)
+    if c.get("norm_type") == "layernorm":
+        p["backbone.norm_f.bias"] = 0.1 * torch.randn(D)
     return p
 
 
@@ -184,7 +213,7 @@ def f_step(w, pre, y, c):
     o, _ = gm1.s6_scan(xt, pre["dt"], pre["A"], b, cc, w["D"])
     if c["glu_in_loop"]:
         o = o * F.silu(pre["z"])
-    return F.layer_norm(o, (E,), w["out_norm.weight"], w["out_norm.bias"], EPS)
+    return F.layer_norm(o, (E,), w["out_norm.weight"], w["out_norm.bias"], mixer_eps(c))
 
 
 def fpo_solve(f, Y, q, cap, thr):
@@ -249,8 +278,9 @@ def model_fwd(p, ids, c, mode, rec):
     emb = p["word_emb.emb.weight"]
     r = emb[ids]
     for i in range(c["n_layer"]):
-        r = r + layer_fwd(layer_w(p, i), cm.rmsnorm(r, p[f"backbone.layers.{i}.norm.weight"], EPS), c, mode, rec)
-    return cm.rmsnorm(r, p["backbone.norm_f.weight"], EPS) @ emb.t()
+        pre = f"backbone.layers.{i}.norm."
+        r = r + layer_fwd(layer_w(p, i), block_norm(c, r, p[pre + "weight"], p.get(pre + "bias")), c, mode, rec)
+    return block_norm(c, r, p["backbone.norm_f.weight"], p.get("backbone.norm_f.bias")) @ emb.t()
 
 
 # ---- self-checks -------------------------------------------------------------------------------
@@ -350,14 +380,18 @@ def main():
                                 d_conv=c["d_conv"], expand=c["expand"], batch=c["batch"], seq_len=c["seq_len"],
                                 seed=c["seed"], pad_vocab=True)
         config["pad_vocab_multiple"] = c["pad"]
-        config["norm_eps"] = EPS
+        config["norm_eps"] = c.get("block_eps", EPS)
         impl = {"model": "fp_mamba", "pad_vocab_multiple": c["pad"], "dt_rank": c["dt_rank"],
                 "short_conv": c["conv"], "mixer_type": c["mixer_type"], "mixer_rank": c["mixer_rank"],
                 "mixer_ac": "silu", "mixer_proj_rank": -1, "mixer_h_dep": 1, "symm_mixer": 0,
                 "kron_norm": "column-wise", "bc_norm": 1, "glu_in_loop": c["glu_in_loop"],
                 "fp_n_backwards": c["n_back"], "fp_max_iter": c["max_iter"], "fp_threshold": c["thr"],
                 "fp_step0": 0.99, "fp_decay": 0.9, "fp_patience": PATIENCE, "fp_outlier_q": Q_OUT,
-                "fp_eval_cap": EVAL_CAP, "norm_eps": EPS, "dropout": 0}
+                "fp_eval_cap": EVAL_CAP, "norm_eps": c.get("block_eps", EPS), "dropout": 0}
+        if "norm_type" in c:
+            impl["norm_type"] = c["norm_type"]
+        if "mixer_eps" in c:
+            impl["mixer_norm_eps"] = c["mixer_eps"]
         meta = {"format": "implicit.ref", "model": "fp_mamba", "config": json.dumps(config, sort_keys=True),
                 "implicit_cfg": json.dumps({k: str(v) for k, v in impl.items()}, sort_keys=True),
                 "torch_version": torch.__version__, "generator": "tests/ref/gen_fp_mamba.py"}
