@@ -145,7 +145,7 @@ static int check_key(const KeyTab *t, const KeyInfo *k, const char *value) {
     double scratch[KEY_STR_LEN / sizeof(double) + 1];
     KeyInfo one = *k;
     one.offset = 0;
-    KeyTab view = {t->section, &one, 1, NULL, 0};   /* the value alone: its range is checked with the config */
+    KeyTab view = {t->section, &one, 1, NULL, 0, NULL};   /* the value alone: its range is checked with the config */
     return keytab_set(&view, scratch, k->name, value);
 }
 
@@ -303,7 +303,7 @@ static void print_keys(const OptKeys *k, FILE *f) {
     if (!obj) return;
     keytab_defaults(k->tab, obj);
     for (int i = 0; i < k->tab->n; i++)
-        if (key_accepted(k, k->tab->keys[i].name)) keytab_print_key(&k->tab->keys[i], obj, f);
+        if (key_accepted(k, k->tab->keys[i].name)) keytab_print_key(k->tab, &k->tab->keys[i], obj, f);
     free(obj);
 }
 

@@ -26,6 +26,7 @@
 #include "../src/io/safetensors.h"
 #include "../src/kernels/kernels.h"
 #include "../src/layers/mixer.h"
+#include "../src/models/config.h"
 #include "th.h"
 
 #include "gradcheck.h"
@@ -421,6 +422,41 @@ static void test_cfg(void) {
              "householderproduct alias");
     TH_CHECK(mixer_cfg_init(&c, "kronecker", 16, 32, 1, "silu", -1, "spectral", 1e-5f) == IM_OK && c.spectral,
              "spectral flag");
+}
+
+/* The mixer list (mixer.h) drives names, parsing, messages and the model key's validation: every
+ * listed mixer parses back to its id and builds; a simple one has its per-token row (a workspace
+ * size); the model config rejects an unknown mixer with the layer's own message. */
+static void test_table(void) {
+    char names[256];
+    snprintf(names, sizeof names, "%s", mixer_type_names());
+    int n = 0;
+    for (char *tok = strtok(names, " |"); tok; tok = strtok(NULL, " |"), n++) {
+        int id = mixer_type_parse(tok);
+        TH_CHECK(id == n, "mixer '%s' parses to %d, listed at %d", tok, id, n);
+        MixerCfg c;
+        int r = id == MIX_MIXTURE || id == MIX_MONARCH ? 2 : 1;
+        int rc = mixer_cfg_init(&c, tok, 16, 32, r, "silu", -1, NULL, 1e-5f);
+        TH_CHECK(rc == IM_OK && c.type == id, "mixer '%s' does not build: %s", tok, rc ? err_msg() : "wrong type");
+        if (rc == IM_OK && id < MIX_N_SIMPLE)
+            TH_CHECK(c.n_sub == 1 && c.sub[0].work > 0 && (size_t)c.sub[0].work == mixer_tok_work(&c.sub[0], 16),
+                     "mixer '%s': no per-token row", tok);
+    }
+    TH_CHECK(n == MIX_N_TYPE, "mixer_type_names lists %d of %d mixers", n, MIX_N_TYPE);
+    TH_CHECK(mixer_type_parse("nosuch") == -1 && mixer_ac_parse("gelu") == -1 && mixer_ac_parse("relu") == MIX_AC_RELU,
+             "parse of unknown names");
+    ModelCfg mc;
+    cfg_defaults(&mc);
+    snprintf(mc.model, sizeof mc.model, "fp_mamba");
+    snprintf(mc.mixer_type, sizeof mc.mixer_type, "nosuch");
+    int rc = cfg_validate(&mc);
+    char want[320];
+    snprintf(want, sizeof want, "config key 'mixer_type': unknown 'nosuch' (%s)", mixer_type_names());
+    TH_CHECK(rc == IM_EINVAL && !strcmp(err_msg(), want), "model config: '%s', expected '%s'", err_msg(), want);
+    snprintf(mc.mixer_type, sizeof mc.mixer_type, "householder");
+    snprintf(mc.mixer_ac, sizeof mc.mixer_ac, "gelu");
+    rc = cfg_validate(&mc);
+    TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), mixer_ac_names()), "model config mixer_ac: '%s'", err_msg());
 }
 
 /* §2.8 (d = 1024, d_p = 2048) and the tensor names */
@@ -955,6 +991,7 @@ int main(void) {
     rng_seed(&r, 9090, 1);
     k_set_threads(1);
     test_cfg();
+    test_table();
     test_param_counts();
     test_explicit();
     test_reflection();

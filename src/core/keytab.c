@@ -123,8 +123,8 @@ int keytab_check_bounds(const KeyTab *t, const void *obj) {
     return IM_OK;
 }
 
-/* One `  --key  value  help [lo..hi]` line; b may be NULL (no range known). */
-static void print_key(const KeyInfo *k, const KeyBound *b, const void *obj, FILE *f) {
+/* One `  --key  value  help[: choices] [lo..hi]` line; b may be NULL (no range known). */
+static void print_key(const KeyTab *t, const KeyInfo *k, const KeyBound *b, const void *obj, FILE *f) {
     char v[KEY_STR_LEN + 32], range[64] = "";
     keytab_value(k, obj, v, sizeof v);
     if (k->type == KEY_FLOAT) snprintf(v, sizeof v, "%g", *(const double *)((const char *)obj + k->offset));
@@ -133,11 +133,12 @@ static void print_key(const KeyInfo *k, const KeyBound *b, const void *obj, FILE
         range_str(b, k->type, range + 2, sizeof range - 3);
         strcat(range, "]");
     }
-    fprintf(f, "  --%-22s %-14s %s%s\n", k->name, v, k->help, range);
+    const char *choices = t->choices ? t->choices(k->name) : NULL;
+    fprintf(f, "  --%-22s %-14s %s%s%s%s\n", k->name, v, k->help, choices ? ": " : "", choices ? choices : "", range);
 }
 
-void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f) { print_key(k, NULL, obj, f); }
+void keytab_print_key(const KeyTab *t, const KeyInfo *k, const void *obj, FILE *f) { print_key(t, k, NULL, obj, f); }
 
 void keytab_print(const KeyTab *t, const void *obj, FILE *f) {
-    for (int i = 0; i < t->n; i++) print_key(&t->keys[i], keytab_bound(t, t->keys[i].name), obj, f);
+    for (int i = 0; i < t->n; i++) print_key(t, &t->keys[i], keytab_bound(t, t->keys[i].name), obj, f);
 }

@@ -38,6 +38,9 @@ typedef struct {
     int n;
     const KeyBound *bounds;
     int n_bounds;
+    /* The values a STR key accepts, "a | b | c", when they come from a table elsewhere (a layer's
+     * list of kinds), else NULL; --help prints them after the key's help. NULL = no such keys. */
+    const char *(*choices)(const char *key);
 } KeyTab;
 
 #define KEY_CTYPE_INT int
@@ -68,6 +71,6 @@ int keytab_check_bounds(const KeyTab *t, const void *obj);
 const KeyBound *keytab_bound(const KeyTab *t, const char *key);
 /* `  --key  default  help` lines for --help: every key (with its range, if bounded), or one. */
 void keytab_print(const KeyTab *t, const void *obj, FILE *f);
-void keytab_print_key(const KeyInfo *k, const void *obj, FILE *f);
+void keytab_print_key(const KeyTab *t, const KeyInfo *k, const void *obj, FILE *f);
 
 #endif

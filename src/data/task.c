@@ -26,7 +26,7 @@ static const KeyInfo TASK_KEYS[] = {TASK_CFG_KEYS(KEY_INFO)};
 static const KeyBound TASK_BOUNDS[] = {TASK_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
 const KeyTab task_keytab = {"task", TASK_KEYS, (int)(sizeof TASK_KEYS / sizeof TASK_KEYS[0]), TASK_BOUNDS,
-                            (int)(sizeof TASK_BOUNDS / sizeof TASK_BOUNDS[0])};
+                            (int)(sizeof TASK_BOUNDS / sizeof TASK_BOUNDS[0]), NULL};
 
 void task_cfg_defaults(TaskCfg *c) {
     memset(c, 0, sizeof *c);

@@ -27,16 +27,7 @@ static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-/* d = m1 m2 with m1 the largest divisor of d not above floor(sqrt(d)) (§2.3) */
-static void kron_factor(int d, int *m1, int *m2) {
-    int s = 1;
-    while ((s + 1) * (s + 1) <= d) s++;
-    while (d % s) s--;
-    *m1 = s;
-    *m2 = d / s;
-}
-
-static void add_proj(MixerCfg *c, int sub, const char *name, int out, int gate) {
+void mixer_add_proj(MixerCfg *c, int sub, const char *name, int out, int gate) {
     CHECK(c->n_proj < MIX_MAX_PROJ, "mixer: too many projections");
     MixProjCfg *p = &c->proj[c->n_proj++];
     *p = (MixProjCfg){.out = out, .bias = gate, .gate = gate, .sub = sub, .name = name, .off = c->out_total};
@@ -48,54 +39,53 @@ static void add_sub(MixerCfg *c, int type, int r, int spectral, float eps) {
     int k = c->n_sub++, d = c->d;
     MixSub *s = &c->sub[k];
     *s = (MixSub){.type = type, .r = r, .spectral = spectral, .eps = eps, .proj = c->n_proj};
-    switch (type) {
-    case MIX_HOUSEHOLDER:
-    case MIX_DPLR:
-        add_proj(c, k, "proj_u", r * d, 0);
-        add_proj(c, k, "proj_alpha", r, 1);
-        break;
-    case MIX_KRONECKER:
-        kron_factor(d, &s->m1, &s->m2);
-        add_proj(c, k, "proj_k", s->m1 * (s->m1 + 1) / 2 + s->m2 * (s->m2 + 1) / 2, 0);
-        add_proj(c, k, "proj_d", s->m1 + s->m2, 1);
-        break;
-    case MIX_MONARCH:
-        add_proj(c, k, "proj_m", d / r * (r * (r + 1) / 2), 0);
-        add_proj(c, k, "proj_alpha", d / r, 1);
-        break;
-    case MIX_SELECTIVEDENSE: add_proj(c, k, "proj_l", d * (d + 1) / 2, 0); break;
-    default: CHECK(0, "mixer: bad sub-mixer type %d", type);
-    }
+    mixer_tok_layout(c, k);
     s->work = (int)mixer_tok_work(s, d);
 }
 
-static int parse_type(const char *t) {
-    static const char *const names[] = {"householder",    "dplr",         "kronecker", "monarch",
-                                        "selectivedense", "nonselective", "mixture"};
-    if (!t) return -1;
-    if (!strcmp(t, "householderproduct")) return MIX_HOUSEHOLDER; /* the reference's name */
-    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
-        if (!strcmp(t, names[i])) return i;
+#define MIXER_NAME(id, name) name,
+static const char *const TYPE_NAMES[] = {MIXER_LIST(MIXER_NAME)};
+static const char *const AC_NAMES[] = {MIXER_AC_LIST(MIXER_NAME)};
+#undef MIXER_NAME
+_Static_assert(sizeof TYPE_NAMES / sizeof TYPE_NAMES[0] == MIX_N_TYPE, "one name per MixerType");
+_Static_assert(sizeof AC_NAMES / sizeof AC_NAMES[0] == MIX_N_AC, "one name per MixerAc");
+
+static int find_name(const char *const *names, int n, const char *s) {
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) return i;
     return -1;
 }
 
-/* Checks that do not depend on the type's projections. */
-static int check_args(int type, const char *type_s, int d, int dp, int rank, const char *ac, int *aci,
-                      int proj_rank, const char *kron_norm, float eps) {
-    if (type < 0)
-        return err_set(IM_EINVAL,
-                       "config key 'mixer_type': unknown '%s' (householder | dplr | kronecker | monarch | "
-                       "selectivedense | nonselective | mixture)",
-                       type_s ? type_s : "(null)");
-    if (d < 1 || dp < 1) return err_set(IM_EINVAL, "mixer: widths must be >= 1 (d=%d, dp=%d)", d, dp);
-    if (rank < 1) return err_set(IM_EINVAL, "config key 'mixer_rank': %d must be >= 1", rank);
-    static const char *const acs[] = {"identity", "relu", "silu"};
-    *aci = -1;
-    for (int i = 0; i < 3 && ac; i++)
-        if (!strcmp(ac, acs[i])) *aci = i;
-    if (*aci < 0)
-        return err_set(IM_EINVAL, "config key 'mixer_ac': unknown '%s' (identity | relu | silu)",
-                       ac ? ac : "(null)");
+/* "a | b | c" of a name list, built once into buf. */
+static const char *join(char *buf, size_t cap, const char *const *names, int n) {
+    if (!buf[0])
+        for (int i = 0, at = 0; i < n; i++) at += snprintf(buf + at, cap - (size_t)at, "%s%s", i ? " | " : "", names[i]);
+    return buf;
+}
+
+const char *mixer_type_names(void) {
+    static char buf[160];
+    return join(buf, sizeof buf, TYPE_NAMES, MIX_N_TYPE);
+}
+
+const char *mixer_ac_names(void) {
+    static char buf[64];
+    return join(buf, sizeof buf, AC_NAMES, MIX_N_AC);
+}
+
+int mixer_type_parse(const char *name) {
+    if (name && !strcmp(name, "householderproduct")) return MIX_HOUSEHOLDER; /* the reference's name */
+    return find_name(TYPE_NAMES, MIX_N_TYPE, name);
+}
+
+int mixer_ac_parse(const char *name) { return find_name(AC_NAMES, MIX_N_AC, name); }
+
+int mixer_check_keys(const char *type, const char *ac, int proj_rank, const char *kron_norm, float eps) {
+    if (mixer_type_parse(type) < 0)
+        return err_set(IM_EINVAL, "config key 'mixer_type': unknown '%s' (%s)", type ? type : "(null)",
+                       mixer_type_names());
+    if (mixer_ac_parse(ac) < 0)
+        return err_set(IM_EINVAL, "config key 'mixer_ac': unknown '%s' (%s)", ac ? ac : "(null)", mixer_ac_names());
     if (proj_rank == 0 || proj_rank < -1)
         return err_set(IM_EINVAL, "config key 'mixer_proj_rank': %d must be -1 (full) or >= 1", proj_rank);
     if (kron_norm && strcmp(kron_norm, "column-wise") && strcmp(kron_norm, "spectral"))
@@ -108,9 +98,11 @@ int mixer_cfg_init(MixerCfg *c, const char *type_s, int d, int dp, int rank, con
                    const char *kron_norm, float eps) {
     CHECK(c, "mixer_cfg_init: NULL cfg");
     memset(c, 0, sizeof *c);
-    int type = parse_type(type_s), aci = -1;
-    int rc = check_args(type, type_s, d, dp, rank, ac, &aci, proj_rank, kron_norm, eps);
+    int rc = mixer_check_keys(type_s, ac, proj_rank, kron_norm, eps);
     if (rc) return rc;
+    int type = mixer_type_parse(type_s), aci = mixer_ac_parse(ac);
+    if (d < 1 || dp < 1) return err_set(IM_EINVAL, "mixer: widths must be >= 1 (d=%d, dp=%d)", d, dp);
+    if (rank < 1) return err_set(IM_EINVAL, "config key 'mixer_rank': %d must be >= 1", rank);
     if (type == MIX_MONARCH && !is_pow2(d))
         return err_set(IM_EINVAL, "config key 'mixer_type': monarch needs a power-of-two width, got d=%d", d);
     if (type == MIX_MONARCH && (!is_pow2(rank) || rank > d))

@@ -35,10 +35,23 @@
 #include "../core/params.h"
 #include "linear.h"
 
-typedef enum {
-    MIX_HOUSEHOLDER, MIX_DPLR, MIX_KRONECKER, MIX_MONARCH, MIX_SELECTIVEDENSE, MIX_NONSELECTIVE, MIX_MIXTURE
-} MixerType;
-typedef enum { MIX_AC_IDENTITY, MIX_AC_RELU, MIX_AC_SILU } MixerAc;
+/* The mixers, listed once: id and `mixer_type` name. The first MIX_N_SIMPLE are simple mixers, each
+ * one row of per-token math in mixer_tok.c (TOK_OPS); nonselective (input independent) and mixture
+ * (simple mixers in sequence) are assembled in mixer.c. Names, the key's help, its validation and
+ * its messages all come from this list (docs/extending.md). */
+#define MIXER_LIST(X)                                                                              \
+    X(MIX_HOUSEHOLDER, "householder")                                                              \
+    X(MIX_DPLR, "dplr")                                                                            \
+    X(MIX_KRONECKER, "kronecker")                                                                  \
+    X(MIX_MONARCH, "monarch")                                                                      \
+    X(MIX_SELECTIVEDENSE, "selectivedense")                                                        \
+    X(MIX_NONSELECTIVE, "nonselective")                                                            \
+    X(MIX_MIXTURE, "mixture")
+#define MIXER_AC_LIST(X) X(MIX_AC_IDENTITY, "identity") X(MIX_AC_RELU, "relu") X(MIX_AC_SILU, "silu")
+#define MIXER_ENUM_ID(id, name) id,
+typedef enum { MIXER_LIST(MIXER_ENUM_ID) MIX_N_TYPE } MixerType;
+typedef enum { MIXER_AC_LIST(MIXER_ENUM_ID) MIX_N_AC } MixerAc;
+#define MIX_N_SIMPLE (MIX_SELECTIVEDENSE + 1) /* the simple mixers come first in MIXER_LIST */
 
 #define MIX_MAX_SUB 16  /* mixture terms (mixer_rank) */
 #define MIX_MAX_PROJ 32 /* projections of one mixer (two per term) */
@@ -84,6 +97,15 @@ typedef struct {
  * dividing d, a mixture with rank outside 2..MIX_MAX_SUB, selectivedense with proj_rank > 0. */
 int mixer_cfg_init(MixerCfg *c, const char *type, int d, int dp, int rank, const char *ac, int proj_rank,
                    const char *kron_norm, float eps);
+/* The checks of the mixer keys that need no widths (type, ac, proj_rank, kron_norm, eps), written
+ * once: mixer_cfg_init runs them, and so does the model config's validation. */
+int mixer_check_keys(const char *type, const char *ac, int proj_rank, const char *kron_norm, float eps);
+/* "householder | dplr | ..." and "identity | relu | silu", from the lists above. */
+const char *mixer_type_names(void);
+const char *mixer_ac_names(void);
+/* MixerType / MixerAc of a name, or -1. "householderproduct" is the reference's householder. */
+int mixer_type_parse(const char *name);
+int mixer_ac_parse(const char *name);
 
 /* The two stacked linears of one projection: l[0] is dp -> out (or dp -> R), l[1] is R -> out
  * when proj_rank > 0 (all NULL otherwise). In a gradient-side MixerW every member accumulates. */
@@ -173,6 +195,10 @@ void mixer_tok_fwd(const MixSub *s, int d, float *const *act, const float *x, fl
 void mixer_tok_bwd(const MixSub *s, int d, float *const *act, const float *x, const float *g, float *dx,
                    int want_dact, float *work);
 size_t mixer_tok_work(const MixSub *s, int d);
+/* Add the projections of simple term k (c->sub[k], type and r set) with mixer_add_proj. */
+void mixer_tok_layout(MixerCfg *c, int k);
+/* Append projection `name` of term sub: out floats per token; gate = sigmoid + bias (else mixer_ac). */
+void mixer_add_proj(MixerCfg *c, int sub, const char *name, int out, int gate);
 /* Nonselective expm pieces (mixer_expm.c), all (d,d): E = expm(A), work:(3 d^2);
  * L = the Fréchet derivative of expm at A in direction Edir, work:(7 d^2). */
 void mixer_expm(float *E, const float *A, int d, float *work);

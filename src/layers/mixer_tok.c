@@ -6,6 +6,8 @@
  * §3.5 (Householder step, Kronecker) plus the chain rule through normalize, L L^T, the row / column
  * normalisations and the power iterations, which are differentiated step by step as torch does.
  * Everything here is serial: the caller runs one token per OpenMP iteration.
+ * TOK_OPS at the end is the table of simple mixers: one row (projection layout, workspace size,
+ * forward, backward) per MixerType below MIX_N_SIMPLE; mixer.c dispatches through it only.
  */
 #include <math.h>
 #include <string.h>
@@ -163,7 +165,8 @@ float mixer_sd_power(const float *P, int d, float eps, float *ws, float *zs, flo
 
 /* ---- Householder product (§2.1) and DPLR (§2.2) ------------------------------------------------ */
 
-static void hh_fwd(const MixSub *s, int d, float *const *act, const float *x, float *y) {
+static void hh_fwd(const MixSub *s, int d, float *const *act, const float *x, float *y, float *work) {
+    (void)work;
     memcpy(y, x, (size_t)d * sizeof(float));
     for (int i = 0; i < s->r; i++) {
         const float *U = act[0] + (size_t)i * d;
@@ -206,7 +209,8 @@ static void hh_bwd(const MixSub *s, int d, float *const *act, const float *x, co
     }
 }
 
-static void dplr_fwd(const MixSub *s, int d, float *const *act, const float *x, float *y) {
+static void dplr_fwd(const MixSub *s, int d, float *const *act, const float *x, float *y, float *work) {
+    (void)work;
     memcpy(y, x, (size_t)d * sizeof(float));
     for (int i = 0; i < s->r; i++) {
         const float *U = act[0] + (size_t)i * d;
@@ -467,39 +471,78 @@ static void sd_bwd(const MixSub *s, int d, float *const *act, const float *x, co
     memcpy(act[0], dP, np * sizeof(float));
 }
 
-/* ---- dispatch ------------------------------------------------------------------------------------ */
+/* ---- the table: one row per simple mixer ----------------------------------------------------- */
 
-size_t mixer_tok_work(const MixSub *s, int d) {
-    switch (s->type) {
-    case MIX_HOUSEHOLDER: return 2 * (size_t)s->r * d + 2 * (size_t)s->r + (size_t)d;
-    case MIX_DPLR: return (size_t)s->r * d + (size_t)s->r + (size_t)d;
-    case MIX_KRONECKER: return kron_work(s, d);
-    case MIX_MONARCH: return 4 * (size_t)s->r * s->r + (size_t)s->r;
-    case MIX_SELECTIVEDENSE: return (size_t)97 * d + 32 + 5 * (size_t)d + (size_t)d * (d + 1) / 2;
-    default: CHECK(0, "mixer_tok_work: bad sub-mixer type %d", s->type);
-    }
-    return 0;
+static size_t hh_work(const MixSub *s, int d) { return 2 * (size_t)s->r * d + 2 * (size_t)s->r + (size_t)d; }
+static size_t dplr_work(const MixSub *s, int d) { return (size_t)s->r * d + (size_t)s->r + (size_t)d; }
+static size_t mon_work(const MixSub *s, int d) { (void)d; return 4 * (size_t)s->r * s->r + (size_t)s->r; }
+static size_t sd_work(const MixSub *s, int d) {
+    (void)s;
+    return (size_t)97 * d + 32 + 5 * (size_t)d + (size_t)d * (d + 1) / 2;
 }
 
+/* The projections of term k (mixer_add_proj), in the order of its act rows. */
+static void hh_layout(MixerCfg *c, int k) {
+    int r = c->sub[k].r, d = c->d;
+    mixer_add_proj(c, k, "proj_u", r * d, 0);
+    mixer_add_proj(c, k, "proj_alpha", r, 1);
+}
+
+/* d = m1 m2 with m1 the largest divisor of d not above floor(sqrt(d)) (§2.3) */
+static void kron_factor(int d, int *m1, int *m2) {
+    int s = 1;
+    while ((s + 1) * (s + 1) <= d) s++;
+    while (d % s) s--;
+    *m1 = s;
+    *m2 = d / s;
+}
+
+static void kron_layout(MixerCfg *c, int k) {
+    MixSub *s = &c->sub[k];
+    kron_factor(c->d, &s->m1, &s->m2);
+    mixer_add_proj(c, k, "proj_k", s->m1 * (s->m1 + 1) / 2 + s->m2 * (s->m2 + 1) / 2, 0);
+    mixer_add_proj(c, k, "proj_d", s->m1 + s->m2, 1);
+}
+
+static void mon_layout(MixerCfg *c, int k) {
+    int r = c->sub[k].r, d = c->d;
+    mixer_add_proj(c, k, "proj_m", d / r * (r * (r + 1) / 2), 0);
+    mixer_add_proj(c, k, "proj_alpha", d / r, 1);
+}
+
+static void sd_layout(MixerCfg *c, int k) { mixer_add_proj(c, k, "proj_l", c->d * (c->d + 1) / 2, 0); }
+
+typedef struct {
+    void (*layout)(MixerCfg *c, int k);     /* add the projections of term k */
+    size_t (*work)(const MixSub *s, int d); /* floats of per-token workspace of fwd and bwd */
+    void (*fwd)(const MixSub *s, int d, float *const *act, const float *x, float *y, float *work);
+    void (*bwd)(const MixSub *s, int d, float *const *act, const float *x, const float *g, float *dx, int want,
+                float *work);
+} MixTokOps;
+
+static const MixTokOps TOK_OPS[] = {
+    [MIX_HOUSEHOLDER] = {hh_layout, hh_work, hh_fwd, hh_bwd},
+    [MIX_DPLR] = {hh_layout, dplr_work, dplr_fwd, dplr_bwd}, /* the same projections as householder */
+    [MIX_KRONECKER] = {kron_layout, kron_work, kron_fwd, kron_bwd},
+    [MIX_MONARCH] = {mon_layout, mon_work, mon_fwd, mon_bwd},
+    [MIX_SELECTIVEDENSE] = {sd_layout, sd_work, sd_fwd, sd_bwd},
+};
+_Static_assert(sizeof TOK_OPS / sizeof TOK_OPS[0] == MIX_N_SIMPLE, "one per-token row per simple mixer");
+
+static const MixTokOps *ops(const MixSub *s) {
+    CHECK(s->type >= 0 && s->type < MIX_N_SIMPLE && TOK_OPS[s->type].fwd, "mixer: bad sub-mixer type %d", s->type);
+    return &TOK_OPS[s->type];
+}
+
+void mixer_tok_layout(MixerCfg *c, int k) { ops(&c->sub[k])->layout(c, k); }
+
+size_t mixer_tok_work(const MixSub *s, int d) { return ops(s)->work(s, d); }
+
 void mixer_tok_fwd(const MixSub *s, int d, float *const *act, const float *x, float *y, float *work) {
-    switch (s->type) {
-    case MIX_HOUSEHOLDER: hh_fwd(s, d, act, x, y); break;
-    case MIX_DPLR: dplr_fwd(s, d, act, x, y); break;
-    case MIX_KRONECKER: kron_fwd(s, d, act, x, y, work); break;
-    case MIX_MONARCH: mon_fwd(s, d, act, x, y, work); break;
-    case MIX_SELECTIVEDENSE: sd_fwd(s, d, act, x, y, work); break;
-    default: CHECK(0, "mixer_tok_fwd: bad sub-mixer type %d", s->type);
-    }
+    ops(s)->fwd(s, d, act, x, y, work);
 }
 
 void mixer_tok_bwd(const MixSub *s, int d, float *const *act, const float *x, const float *g, float *dx,
                    int want, float *work) {
-    switch (s->type) {
-    case MIX_HOUSEHOLDER: hh_bwd(s, d, act, x, g, dx, want, work); break;
-    case MIX_DPLR: dplr_bwd(s, d, act, x, g, dx, want, work); break;
-    case MIX_KRONECKER: kron_bwd(s, d, act, x, g, dx, want, work); break;
-    case MIX_MONARCH: mon_bwd(s, d, act, x, g, dx, want, work); break;
-    case MIX_SELECTIVEDENSE: sd_bwd(s, d, act, x, g, dx, want, work); break;
-    default: CHECK(0, "mixer_tok_bwd: bad sub-mixer type %d", s->type);
-    }
+    ops(s)->bwd(s, d, act, x, g, dx, want, work);
 }

@@ -8,6 +8,7 @@
 
 #include "../core/check.h"
 #include "../fixedpoint/fp.h"
+#include "../layers/mixer.h"
 #include "../io/keyjson.h"
 #include "../layers/blocknorm.h"
 
@@ -15,8 +16,14 @@
 static const KeyInfo MODEL_KEYS[] = {MODEL_CFG_KEYS(KEY_INFO)};
 static const KeyBound MODEL_BOUNDS[] = {MODEL_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
+/* Keys whose values are a layer's list of kinds: --help prints the list from its table. */
+static const char *model_key_choices(const char *key) {
+    if (!strcmp(key, "mixer_type")) return mixer_type_names();
+    if (!strcmp(key, "mixer_ac")) return mixer_ac_names();
+    return NULL;
+}
 const KeyTab model_keytab = {"model", MODEL_KEYS, (int)(sizeof MODEL_KEYS / sizeof MODEL_KEYS[0]), MODEL_BOUNDS,
-                             (int)(sizeof MODEL_BOUNDS / sizeof MODEL_BOUNDS[0])};
+                             (int)(sizeof MODEL_BOUNDS / sizeof MODEL_BOUNDS[0]), model_key_choices};
 
 void cfg_defaults(ModelCfg *c) {
     memset(c, 0, sizeof *c);
@@ -66,22 +73,10 @@ static int deq_validate(const ModelCfg *c) {
     return IM_OK;
 }
 
-static int is_one_of(const char *s, const char *const *names) {
-    for (; *names; names++)
-        if (!strcmp(s, *names)) return 1;
-    return 0;
-}
-
 static int fp_validate(const ModelCfg *c) {
-    static const char *const mixers[] = {"householder", "dplr", "kronecker", "monarch", "selectivedense",
-                                         "nonselective", "mixture", NULL};
-    static const char *const acs[] = {"identity", "relu", "silu", NULL};
-    if (!is_one_of(c->mixer_type, mixers))
-        BAD("config key 'mixer_type': unknown '%s' (householder | dplr | kronecker | monarch | selectivedense | nonselective | mixture)", c->mixer_type);
-    if (!is_one_of(c->mixer_ac, acs)) BAD("config key 'mixer_ac': unknown '%s' (identity | relu | silu)", c->mixer_ac);
-    if (c->mixer_proj_rank == 0) BAD("config key 'mixer_proj_rank': 0 must be -1 (full) or >= 1");
-    if (strcmp(c->kron_norm, "column-wise") && strcmp(c->kron_norm, "spectral"))
-        BAD("config key 'kron_norm': unknown '%s' (column-wise | spectral)", c->kron_norm);
+    /* norm_eps > 0 is checked for every family below */
+    int rc = mixer_check_keys(c->mixer_type, c->mixer_ac, c->mixer_proj_rank, c->kron_norm, 0.0f);
+    if (rc) return rc;
     if (strcmp(c->fp_gamma, "code") && strcmp(c->fp_gamma, "paper"))
         BAD("config key 'fp_gamma': unknown '%s' (code | paper)", c->fp_gamma);
     if (c->fp_max_iter == 0) BAD("config key 'fp_max_iter': 0 must be 1..100000 or < 0 (random)");
@@ -108,7 +103,7 @@ static int widths_validate(const ModelCfg *c, int ssd, int mamba1, int delta, in
          delta ? (int64_t)c->n_head * c->delta_head_dim * c->expand_v * c->n_householder : 0},
         /* a selective dense mixer projects to E (E + 1) / 2 numbers per token; the others at most
          * (mixer_rank + 1) x 2E (householder, dplr: r E; monarch: E (r + 1) / 2; kronecker < E) */
-        {"the mixer projection width", !fp ? 0 : !strcmp(c->mixer_type, "selectivedense") ? E * (E + 1) / 2 : (r + 1) * 2 * E},
+        {"the mixer projection width", !fp ? 0 : mixer_type_parse(c->mixer_type) == MIX_SELECTIVEDENSE ? E * (E + 1) / 2 : (r + 1) * 2 * E},
     };
     for (size_t i = 0; i < sizeof w / sizeof *w; i++)
         if (w[i].w > CFG_MAX_WIDTH)

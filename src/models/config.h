@@ -49,10 +49,9 @@
 
 /* Fixed-Point RNNs (spec fp-rnn §1-§3, §8; names of the reference's options where they exist). */
 #define FP_CFG_KEYS(X)                                                                             \
-    X(STR, mixer_type, "householder", "fp_mamba channel mixer Q: householder | dplr | kronecker | " \
-                                      "monarch | selectivedense | nonselective | mixture")         \
+    X(STR, mixer_type, "householder", "fp_mamba channel mixer Q") /* names: layers/mixer.h */      \
     X(INT, mixer_rank, 1, "mixer rank r (reflections / DPLR rank / mixture terms; monarch: block size)") \
-    X(STR, mixer_ac, "silu", "activation on the mixer projections: identity | relu | silu")         \
+    X(STR, mixer_ac, "silu", "activation on the mixer projections")                                 \
     X(INT, mixer_proj_rank, -1, "mixer projections factorised through this rank (-1 = full)")      \
     X(INT, mixer_h_dep, 1, "Q, b, c depend on the shifted previous iterate (fp-rnn 1.2)")         \
     X(INT, symm_mixer, 0, "mixer input x + shift(y) instead of the concatenation [x; shift(y)]")   \

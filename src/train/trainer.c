@@ -27,7 +27,7 @@ static const KeyInfo TRAIN_KEYS[] = {TRAIN_CFG_KEYS(KEY_INFO)};
 static const KeyBound TRAIN_BOUNDS[] = {TRAIN_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
 const KeyTab train_keytab = {"train", TRAIN_KEYS, (int)(sizeof TRAIN_KEYS / sizeof TRAIN_KEYS[0]), TRAIN_BOUNDS,
-                             (int)(sizeof TRAIN_BOUNDS / sizeof TRAIN_BOUNDS[0])};
+                             (int)(sizeof TRAIN_BOUNDS / sizeof TRAIN_BOUNDS[0]), NULL};
 
 void train_cfg_defaults(TrainCfg *c) {
     memset(c, 0, sizeof *c);
