@@ -66,7 +66,8 @@ IM_API int im_set_threads(int n);
 /* Load a checkpoint (the CLI's CKPT argument). *out is NULL on error. */
 IM_API int im_model_load(im_model **out, const char *path);
 /* As im_model_load with evaluation-time model keys applied before the model is built, as
- * `implicit generate --key value` does: overrides = {"max_seq_len", "4096", NULL} (NULL = none). */
+ * `implicit generate --key value` does: overrides = {"max_seq_len", "4096", NULL} (NULL = none).
+ * The key "config" names a model config file, as `--config FILE` (for weights without one). */
 IM_API int im_model_load_with(im_model **out, const char *path, const char *const *overrides);
 IM_API void im_model_free(im_model *m);
 IM_API int im_model_vocab_size(const im_model *m);  /* ids are 0 .. vocab_size-1; -IM_ERR on NULL */
@@ -75,7 +76,7 @@ IM_API int im_model_d_model(const im_model *m);
 IM_API int im_model_n_layer(const im_model *m);
 IM_API int64_t im_model_n_params(const im_model *m);
 IM_API const char *im_model_family(const im_model *m);   /* "mamba2", "implicit_llama", ... ("" on NULL) */
-IM_API int im_model_is_implicit(const im_model *m);      /* 1: a fixed-point model (implicit_*, fp_*) */
+IM_API int im_model_is_implicit(const im_model *m);      /* 1: a fixed-point model (implicit LMs, FP-RNNs) */
 /* The model configuration as JSON (the checkpoint's keys and values), owned by m. */
 IM_API const char *im_model_config_json(const im_model *m);
 

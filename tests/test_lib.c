@@ -244,6 +244,38 @@ static void test_null_and_missing(void) {
     TH_CHECK(!strcmp(im_version(), IM_VERSION) && !strcmp(im_status_name(IM_ERR_IO), "I/O error"), "version, names");
 }
 
+/* Checkpoints of other tools load through the same entry as the CLI's: a Hugging Face folder, and
+ * bare weights with the "config" override (`--config FILE`). */
+static void test_interop_load(void) {
+    const char *dir = "tests/ref/interop/hf_mamba2";
+    im_model *m = NULL;
+    TH_CHECK(im_model_load(&m, dir) == 0 && m && !strcmp(im_model_family(m), "mamba2"), "HF folder: %s",
+             im_last_error());
+    if (m) {
+        int ids[5] = {1, 2, 3, 4, 5}, V = im_model_vocab_size(m);
+        float *lg = th_alloc((size_t)5 * V);
+        Model ref;
+        CHECK(ckpt_load(&ref, dir, NULL) == 0, "%s", err_msg());
+        ref.no_grad = 1;
+        CHECK(model_fwd(&ref, ids, NULL, 1, 5, NULL) == 0, "%s", err_msg());
+        int same = im_model_logits(m, ids, 1, 5, lg) == 0;
+        for (int i = 0; i < 5 && same; i++) same = !memcmp(lg + (size_t)i * V, ref.logits + (size_t)i * ref.V, sizeof(float) * V);
+        TH_CHECK(same, "HF folder logits = the internal forward");
+        model_free(&ref);
+        free(lg);
+        im_model_free(m);
+    }
+    char bare[600], cmd[1400];
+    snprintf(bare, sizeof bare, "%s/bare.safetensors", tmpdir);
+    snprintf(cmd, sizeof cmd, "cp tests/ref/interop/ref_llama/model.safetensors %s", bare);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    TH_CHECK(im_model_load(&m, bare) < 0 && !m && strstr(im_last_error(), "config"), "bare weights: %s", im_last_error());
+    const char *with[] = {"config", "tests/ref/interop/ref_llama/config.json", "max_seq_len", "64", NULL};
+    TH_CHECK(im_model_load_with(&m, bare, with) == 0 && m && !strcmp(im_model_family(m), "llama") &&
+                 im_model_context(m) == 64, "bare weights + config override: %s", im_last_error());
+    im_model_free(m);
+}
+
 /* ---- the packaged library ------------------------------------------------------------------- */
 
 /* Public functions declared in the header: lines with "IM_API " followed by a name "im_...(" */
@@ -412,6 +444,7 @@ int main(int argc, char **argv) {
     test_model_api(mamba, 357, 2, "mamba2");
     test_model_api(imp, 256, 2, "implicit_llama");
     test_tokenizer_sampler(mamba, imp);
+    test_interop_load();
     test_package();
     test_examples(mamba, "the fog rolled in");
     test_examples(imp, "Once upon");

@@ -137,5 +137,14 @@ except implicit.ImplicitError:
 m.close()
 m.close()
 
+# other tools' checkpoints: a Hugging Face folder, bare weights with config= (`--config FILE`)
+with implicit.Model.load("tests/ref/interop/hf_mamba2") as hf:
+    x = hf.logits([1, 2, 3])
+    check(hf.family == "mamba2" and len(x) == 3 and len(x[0]) == hf.vocab_size, "HF folder")
+bare = os.path.join(os.path.dirname(ref_path), "bare.safetensors")
+if os.path.exists(bare):
+    with implicit.Model.load(bare, config="tests/ref/interop/ref_llama/config.json", max_seq_len=64) as b:
+        check(b.family == "llama" and b.context == 64, "bare weights + config=")
+
 print("python: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

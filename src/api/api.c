@@ -64,17 +64,29 @@ IM_API int im_model_load_with(im_model **out, const char *path, const char *cons
     NEED(out, "im_model_load");
     *out = NULL;
     NEED(path, "im_model_load");
-    if (overrides)
-        for (int i = 0; overrides[i]; i += 2)
-            if (!overrides[i + 1])
-                return err_set(IM_EINVAL, "im_model_load: override '%s' has no value (pairs end with NULL)",
-                               overrides[i]);
+    /* "config" names a config file (`--config FILE`); the other pairs are model keys */
+    enum { MAX_KV = 64 };
+    const char *kv[2 * MAX_KV + 1];
+    CkptLoadOpts lo = {0};
+    int nkv = 0;
+    for (int i = 0; overrides && overrides[i]; i += 2) {
+        if (!overrides[i + 1])
+            return err_set(IM_EINVAL, "im_model_load: override '%s' has no value (pairs end with NULL)", overrides[i]);
+        if (!strcmp(overrides[i], "config")) {
+            lo.config_path = overrides[i + 1];
+            continue;
+        }
+        if (nkv == 2 * MAX_KV) return err_set(IM_EINVAL, "im_model_load: more than %d overrides", MAX_KV);
+        kv[nkv++] = overrides[i];
+        kv[nkv++] = overrides[i + 1];
+    }
+    kv[nkv] = NULL;
     im_model *h = calloc(1, sizeof *h);
     if (!h || !(h->path = strdup(path))) {
         free(h);
         return err_set(IM_ENOMEM, "im_model_load: out of memory");
     }
-    int rc = gen_load_model(&h->m, path, overrides, NULL);
+    int rc = gen_load_model(&h->m, path, kv, &lo);
     if (rc) {
         free(h->path);
         free(h);
@@ -114,7 +126,7 @@ MODEL_FACT(int, context, m->m.cfg.max_seq_len)
 MODEL_FACT(int, d_model, m->m.cfg.d_model)
 MODEL_FACT(int, n_layer, m->m.cfg.n_layer)
 MODEL_FACT(int64_t, n_params, ptab_count(&m->m.tab))
-MODEL_FACT(int, is_implicit, !strncmp(m->m.cfg.model, "implicit_", 9) || !strncmp(m->m.cfg.model, "fp_", 3))
+MODEL_FACT(int, is_implicit, model_is_fixed_point(&m->m))
 #undef MODEL_FACT
 
 IM_API const char *im_model_family(const im_model *m) {
