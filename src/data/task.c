@@ -332,9 +332,12 @@ long long task_eval_count(const Task *t, int len) {
     return t->kind == TASK_CATBABI && len >= 1 ? (long long)babi_eval_windows(t->babi, len) : -1;
 }
 
-const char *task_len_metric(const Task *t) {
-    if (t->kind == TASK_LM) return "loss";
-    return is_formal(t->kind) || t->kind == TASK_CATBABI ? "tok_acc" : "seq_acc";
+const char *task_len_metric(const Task *t) { return task_name_len_metric(KIND_NAMES[t->kind]); }
+
+const char *task_name_len_metric(const char *name) {
+    int kind = kind_of(name);
+    if (kind == TASK_LM) return "loss";
+    return is_formal(kind) || kind == TASK_CATBABI ? "tok_acc" : "seq_acc";
 }
 
 int task_describe(const Task *t, char *buf, size_t cap) {

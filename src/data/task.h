@@ -189,6 +189,7 @@ int task_first_fail_len(const int *lens, const double *acc, int n, double thr);
  * "tok_acc" (formal = answer accuracy, catbabi = request-answer accuracy); lm: "loss" (no
  * accuracy criterion: an LM is judged by its loss / perplexity per length). */
 const char *task_len_metric(const Task *t);
+const char *task_name_len_metric(const char *task); /* the same from the `task` key's value */
 
 /* A readable token: group element, "(g,m)" pair, "[PAD]"-style special, letter, operator, word;
  * lm: the byte for the byte tokenizer ('a', \n, \xff), else "#id". */
