@@ -225,7 +225,7 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
 /* evaluation-time model keys: iteration caps, tolerances, sequential solver options, noise */
-static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
+static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
                                               "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
                                               "broyden_m", "latent_noise_db", "state_noise_db", "noise_mode",
                                               "noise_seed", "fp_eval_cap", "fp_threshold", NULL};

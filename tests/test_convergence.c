@@ -3,6 +3,9 @@
  *   solve, the evaluation loop and the sequential solve; a cap below convergence has share 0
  * - fixed-point gap (eval_gap): on a contractive map the training forward and the tight solve give
  *   the same loss and accuracy (gap ≈ 0); with the training forward capped at one call they differ
+ * - converge-or-extend (f_extend_max_iter): on a contractive map with a cap at which some sequences
+ *   of the batch have reached f_tol and some have not, the extended solve brings every sequence to
+ *   f_tol and gives the loss of the solve with the large cap, dropout masks included
  * - the trainer logs the share per step and a "gap" record per evaluation (length, p)
  */
 #include <math.h>
@@ -106,6 +109,26 @@ static void share(Task *t) {
     model_free(&m);
 }
 
+/* The evaluation tolerance is min(f_tol, eval_f_tol): the default 0.01 tightens a model trained at
+ * the reference's 0.05, and never loosens a tighter f_tol. */
+static void eval_tolerance(Task *t) {
+    Model m;
+    static const char *const kv[] = {"f_tol", "0.05", "eval_f_max_iter", "300", NULL};
+    make(&m, t, kv, 1);
+    EvalRow loose, dflt, tight;
+    m.cfg.eval_f_tol = 0;   /* = f_tol */
+    TH_CHECK(eval_run(&m, t, LEN, 0.5f, N_EVAL, 4, EVAL_SIMULTANEOUS, &loose) == 0, "%s", err_msg());
+    m.cfg.eval_f_tol = 0.01;
+    TH_CHECK(eval_run(&m, t, LEN, 0.5f, N_EVAL, 4, EVAL_SIMULTANEOUS, &dflt) == 0, "%s", err_msg());
+    m.cfg.f_tol = 0.001;    /* tighter than eval_f_tol: f_tol wins */
+    TH_CHECK(eval_run(&m, t, LEN, 0.5f, N_EVAL, 4, EVAL_SIMULTANEOUS, &tight) == 0, "%s", err_msg());
+    TH_CHECK(loose.iters < dflt.iters && dflt.iters < tight.iters, "iterations at tol 0.05 / 0.01 / 0.001: %g %g %g",
+             loose.iters, dflt.iters, tight.iters);
+    printf("  evaluation loop iterations at tol 0.05 / 0.01 (default) / 0.001: %.0f / %.0f / %.0f\n", loose.iters,
+           dflt.iters, tight.iters);
+    model_free(&m);
+}
+
 static void gap(Task *t) {
     Model m;
     EvalGap g;
@@ -119,7 +142,8 @@ static void gap(Task *t) {
     TH_CHECK(fabs(dl) < 1e-4 && da == 0, "contractive map: gap loss %g, tok_acc %g, want ≈ 0", dl, da);
     TH_CHECK(g.train_cap.conv_sim == 1 && g.tight.conv_sim == 1, "contractive: shares %g %g", g.train_cap.conv_sim,
              g.tight.conv_sim);
-    TH_CHECK(m.cfg.f_tol == 1e-6 && m.cfg.eval_f_max_iter == 0 && m.eval_solve == 0, "eval_gap must restore the model");
+    TH_CHECK(m.cfg.f_tol == 1e-6 && m.cfg.eval_f_tol == 0.01 && m.cfg.eval_f_max_iter == 0 && m.eval_solve == 0,
+             "eval_gap must restore the model");
     printf("  contractive: gap loss %.2e, tok acc %.4f, tight solve %.1f iterations\n", dl, da, g.tight.iters);
     model_free(&m);
     /* the same map trained at one call (f_max_iter 0, one undamped phantom step: z = f(0)):
@@ -133,6 +157,59 @@ static void gap(Task *t) {
              g.tight.conv_sim);
     printf("  capped at 1 call: gap loss %.4f (training forward %.4f, tight %.4f)\n", dl, g.train_cap.loss, g.tight.loss);
     model_free(&m);
+}
+
+/* The training loss of one batch with dropout masks drawn from a fixed stream; *share, *ext, *iters. */
+static double train_loss(Model *m, Task *t, double *share, double *ext, double *iters) {
+    int ids[4 * LEN], tg[4 * LEN];
+    task_train_batch(t, 0, 0, 4, ids, tg);
+    m->training = 1;
+    m->train_step = 0;
+    rng_seed(&m->rng, 99, 7);
+    float loss = 0;
+    TH_CHECK(model_fwd(m, ids, tg, 4, LEN, &loss) == 0, "training forward: %s", err_msg());
+    m->training = 0;
+    *share = m->fp_conv, *ext = m->fp_extended, *iters = m->fp_iters;
+    return loss;
+}
+
+static void extend(Task *t) {
+    Model m;
+    double share = 0, ext, iters;
+    char cap[16] = "";
+    /* the first cap at which the batch is partly converged */
+    for (int k = 2; k < 200 && !(share > 0 && share < 1); k++) {
+        snprintf(cap, sizeof cap, "%d", k);
+        const char *const kv[] = {"f_max_iter", cap, "f_tol", "1e-5", "grad", "1", "backbone_dropout", "0.2", NULL};
+        make(&m, t, kv, 1);
+        train_loss(&m, t, &share, &ext, &iters);
+        TH_CHECK(ext == -1, "the rule is off: extended share %g, want -1", ext);
+        model_free(&m);
+    }
+    TH_CHECK(share > 0 && share < 1, "no cap gives a partly converged batch (share %g)", share);
+    double missed = 1 - share;
+    const char *const big[] = {"f_max_iter", "400", "f_tol", "1e-5", "grad", "1", "backbone_dropout", "0.2", NULL};
+    make(&m, t, big, 1);
+    double want = train_loss(&m, t, &share, &ext, &iters), big_iters = iters;
+    TH_CHECK(share == 1, "cap 400: share %g", share);
+    model_free(&m);
+    const char *const kv[] = {"f_max_iter", cap, "f_extend_max_iter", "400", "f_tol", "1e-5", "grad", "1",
+                              "backbone_dropout", "0.2", NULL};
+    make(&m, t, kv, 1);
+    double got = train_loss(&m, t, &share, &ext, &iters);
+    TH_CHECK(share == 1, "extended: share %g, want 1", share);
+    TH_CHECK(fabs(ext - missed) < 1e-12, "extended share %g, want the missed share %g", ext, missed);
+    TH_CHECK(iters > atoi(cap) && iters <= 400, "extended: %g iterations", iters);
+    /* the sequences that stopped at the small cap are within f_tol of z*, not at the large cap's
+     * point: the losses agree to about f_tol, far inside 1e-3 */
+    TH_CHECK(fabs(got - want) < 1e-3, "extended loss %.6f vs cap 400 %.6f", got, want);
+    printf("  converge-or-extend: cap %s leaves %.0f%% above tol; extended (%g iterations) loss %.6f, cap 400 (%g) %.6f\n",
+           cap, 100 * missed, iters, got, big_iters, want);
+    model_free(&m);
+    ModelCfg c;
+    model_cfg(&c, task_vocab(t), NULL);
+    c.f_extend_max_iter = c.f_max_iter;
+    TH_CHECK(cfg_validate(&c) == IM_EINVAL, "f_extend_max_iter <= f_max_iter must be refused");
 }
 
 /* A short run: every logged step carries fp_conv, every evaluation a gap record. */
@@ -193,7 +270,9 @@ int main(void) {
     Task *t;
     CHECK(task_create(&t, &tc) == 0, "%s", err_msg());
     share(t);
+    eval_tolerance(t);
     gap(t);
+    extend(t);
     trainer_logs(t);
     task_free(t);
     return th_done();

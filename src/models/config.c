@@ -52,7 +52,9 @@ static int deq_validate(const ModelCfg *c) {
     if (!is_solver(c->b_solver)) BAD("config key 'b_solver': unknown '%s' (fixed_point_iter | anderson | broyden)", c->b_solver);
     if (!is_stop(c->f_stop_mode)) BAD("config key 'f_stop_mode': unknown '%s' (rel | abs)", c->f_stop_mode);
     if (!is_stop(c->b_stop_mode)) BAD("config key 'b_stop_mode': unknown '%s' (rel | abs)", c->b_stop_mode);
-    if (!(c->f_tol >= 0) || !(c->b_tol >= 0)) BAD("config keys 'f_tol', 'b_tol' must be >= 0");
+    if (!(c->f_tol >= 0) || !(c->b_tol >= 0) || !(c->eval_f_tol >= 0)) BAD("config keys 'f_tol', 'b_tol', 'eval_f_tol' must be >= 0");
+    if (c->f_extend_max_iter > 0 && c->f_extend_max_iter <= c->f_max_iter)
+        BAD("config key 'f_extend_max_iter': %d must be above f_max_iter %d (or 0 = off)", c->f_extend_max_iter, c->f_max_iter);
     int f_thres = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
     if (f_thres < 2)
         BAD("config keys 'eval_f_max_iter'/'eval_factor': evaluation needs at least 2 iterations (got %d; the reference crashes on 1)", f_thres);

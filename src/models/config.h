@@ -76,6 +76,8 @@
     X(STR, f_solver, "fixed_point_iter", "training forward solver: fixed_point_iter | anderson | broyden")   \
     X(INT, f_max_iter, 32, "training solve: max f evaluations (eval: x eval_factor)")             \
     X(FLOAT, f_tol, 0.05, "solve / eval-loop tolerance")                                           \
+    X(INT, f_extend_max_iter, 0, "converge-or-extend: sequences still above f_tol after f_max_iter iterate on, alone, up to this many (0 = off)") \
+    X(FLOAT, eval_f_tol, 0.01, "evaluation loop and sequential solve stop at min(f_tol, eval_f_tol) (0 = f_tol)") \
     X(STR, f_stop_mode, "rel", "training solve residual: rel | abs")                               \
     X(INT, grad, 4, "phantom-gradient steps k (1 with tau 1 = JFB)")                               \
     X(INT, ift, 0, "1 = implicit differentiation (adjoint solve) instead of phantom steps")       \
@@ -122,7 +124,7 @@
     X(mixer_rank, 1, 4096) X(mixer_proj_rank, -1, 65536) X(mixer_h_dep, 0, 1) X(symm_mixer, 0, 1)  \
     X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(mixer_norm_eps, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \
     X(fp_n_backwards, 1, 64) X(fp_patience, 1, 1 << 20) X(fp_eval_cap, 1, 10000000)               \
-    X(f_max_iter, 0, 100000) X(grad, 1, 64) X(ift, 0, 1) X(b_max_iter, 1, 100000)                  \
+    X(f_max_iter, 0, 100000) X(f_extend_max_iter, 0, 100000) X(grad, 1, 64) X(ift, 0, 1) X(b_max_iter, 1, 100000)                  \
     X(eval_factor, 0, 1000) X(eval_f_max_iter, 0, 10000000) X(pretrain_steps, 0, 1 << 30)         \
     X(pretrain_iter, 1, 256) X(bounded_steps, 0, 1 << 30) X(bounded_f_max_iter, 0, 100000)         \
     X(bounded_grad, 1, 64) X(weight_norm, 0, 1) X(norm_no_scale, 0, 1) X(noise_seed, 0, 2147483647) \

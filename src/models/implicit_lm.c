@@ -70,6 +70,10 @@ typedef struct {
     float *masks;         /* (L, B, mask floats) | NULL */
     float *sample_res;    /* (B) per-sample residuals of the last solve */
     int *sample_step;     /* (B) per-sample steps of the last solve */
+    /* converge-or-extend (f_extend_max_iter): the sequences that missed f_tol, solved on alone */
+    int *ext_idx;         /* (B) their rows */
+    float *ext_z, *ext_u, *ext_masks, *ext_res;   /* (B,T,D), (B,T,K), masks, (B): gathered */
+    int *ext_step;        /* (B) */
     size_t mask_per;
     int S_max, S, mode;
     float taus[256];
@@ -258,6 +262,11 @@ static FpSolver solver_of(const char *name) {
     return FP_PICARD;
 }
 
+/* The tolerance of the evaluation loop and the sequential solve: never looser than eval_f_tol,
+ * where the modes agree (duality) on the models measured in docs/results/convergence.md; the
+ * training tolerance f_tol (the reference's 0.05 for both) leaves them disagreeing. */
+static double eval_tol(const ModelCfg *c) { return c->eval_f_tol > 0 && c->eval_f_tol < c->f_tol ? c->eval_f_tol : c->f_tol; }
+
 static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
     fp_opts_default(o);
     o->anderson_m = c->anderson_m;
@@ -272,13 +281,13 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
     } else if (which == 1) {   /* evaluation loop (§3.2) */
         o->solver = FP_EVALLOOP;
         o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
-        o->tol = c->f_tol;
+        o->tol = eval_tol(c);
         o->tau = (float)c->tau;
         o->ema_alpha = c->ema_alpha;
     } else if (which == 3) {   /* sequential mode, Anderson or Broyden (beyond the reference) */
         o->solver = !strcmp(c->seq_solver, "broyden") ? FP_BROYDEN : FP_ANDERSON;
         o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
-        o->tol = c->f_tol;
+        o->tol = eval_tol(c);
         o->stop = FP_STOP_REL;
         o->tau = 1.0f;
     } else {                   /* adjoint (§5.4) */
@@ -337,6 +346,13 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->sample_step = arena_alloc(a, sizeof(int) * (size_t)B);
     im->mask_per = mask_floats(&im->bc, B);
     im->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
+    int ext = m->cfg.f_extend_max_iter > 0;   /* training, and the training forward of eval_gap */
+    im->ext_idx = ext ? arena_alloc(a, sizeof(int) * (size_t)B) : NULL;
+    im->ext_step = ext ? arena_alloc(a, sizeof(int) * (size_t)B) : NULL;
+    im->ext_res = ext ? arena_floats(a, (size_t)B) : NULL;
+    im->ext_z = ext ? arena_floats(a, MD) : NULL;
+    im->ext_u = ext ? arena_floats(a, M * im->K) : NULL;
+    im->ext_masks = ext && m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
 }
 
 static int plan(Model *m, int B, int T) {
@@ -468,6 +484,73 @@ static void relax_steps(Model *m, int S, float tau0, float tau, int B, int T) {
     im->S = 1;
 }
 
+/* Rows idx[0..n) of each of `parts` row blocks of src into dst, packed: block p holds B rows of
+ * widths[p] floats in src and n rows in dst. */
+static void gather_rows(float *dst, const float *src, const int *idx, int n, int B, const size_t *widths, int parts) {
+    for (int p = 0; p < parts; p++) {
+        for (int k = 0; k < n; k++) memcpy(dst + (size_t)k * widths[p], src + (size_t)idx[k] * widths[p], widths[p] * sizeof(float));
+        src += (size_t)B * widths[p];
+        dst += (size_t)n * widths[p];
+    }
+}
+
+/* The per-layer mask blocks of layer_masks for B rows: (B, D) mixer, then (B, h), (B, D) gated MLP. */
+static int mask_widths(const ImplicitLm *im, size_t *w) {
+    w[0] = (size_t)im->bc.D;
+    if (im->bc.mlp.kind != MLP_GATED) return 1;
+    w[1] = (size_t)im->bc.mlp.h;
+    w[2] = (size_t)im->bc.D;
+    return 3;
+}
+
+/* Converge-or-extend: the sequences of the training solve that are still above tol go on
+ * iterating, alone (a sub-batch of their rows: their u, their dropout masks, their best z so far),
+ * up to f_extend_max_iter iterations in all; then their new z* and residuals go back to their
+ * rows. The map acts on each sequence independently, so this is the solve each of them would
+ * get with the larger cap, at the cost of the sequences that need it. Returns the status of the
+ * sub-solve; *extra = its iterations, *n_ext = the sequences extended. */
+static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T, int *extra, int *n_ext) {
+    ImplicitLm *im = m->impl;
+    size_t TD = (size_t)T * im->D, TK = (size_t)T * im->K;
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        if (!(im->sample_res[b] < o0->tol)) im->ext_idx[n++] = b;
+    *extra = 0;
+    *n_ext = n;
+    if (n == 0 || o0->max_iter <= 0) return IM_OK;
+    gather_rows(im->ext_z, im->zs, im->ext_idx, n, B, &TD, 1);
+    gather_rows(im->ext_u, im->u, im->ext_idx, n, B, &TK, 1);
+    float *u = im->u, *masks = im->masks;
+    size_t mask_per = im->mask_per;
+    if (masks) {
+        size_t w[3];
+        int parts = mask_widths(im, w);
+        for (int l = 0; l < im->L; l++)
+            gather_rows(im->ext_masks + (size_t)l * mask_per, masks + (size_t)l * mask_per, im->ext_idx, n, B, w, parts);
+        im->masks = im->ext_masks;   /* same per-layer stride, n rows used */
+    }
+    im->u = im->ext_u;
+    FCtx ctx = {m, n, T};
+    FpMap map = {&ctx, (size_t)n * TD, n, map_f, map_vjp};
+    FpOpts o = *o0;
+    o.max_iter = m->cfg.f_extend_max_iter - done_iters;
+    FpStats st = {0};
+    st.sample_res = im->ext_res;
+    st.sample_step = im->ext_step;
+    int rc = o.max_iter > 0 ? fp_solve(&map, im->ext_z, &o, &st, im->solver_scratch) : IM_OK;
+    im->u = u;
+    im->masks = masks;
+    if (o.max_iter <= 0) return IM_OK;
+    for (int k = 0; k < n; k++) {
+        int b = im->ext_idx[k];
+        memcpy(im->zs + (size_t)b * TD, im->ext_z + (size_t)k * TD, TD * sizeof(float));
+        im->sample_res[b] = im->ext_res[k];
+        im->sample_step[b] = done_iters + im->ext_step[k];
+    }
+    *extra = st.iters;
+    return rc;
+}
+
 /* Share of the B samples that reached tol: Picard / Anderson / Broyden, whose res is each sample's
  * lowest residual, when it is below tol; the evaluation loop, whose res is each sample's ratio at
  * the last iteration and first_below (NULL otherwise) the first iteration its ratio was below tol
@@ -514,6 +597,13 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
         if (bounded) o.max_iter = c->bounded_f_max_iter;
         if (o.max_iter > 0) {
             rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
+            /* the free phase of a training step only: the bounded phase is bounded on purpose */
+            if (!rc && !bounded && c->f_extend_max_iter > 0) {
+                int extra = 0, n_ext = 0;
+                if (!st.converged) rc = extend_solve(m, &o, st.iters, B, T, &extra, &n_ext);
+                st.iters += extra;
+                m->fp_extended = (double)n_ext / B;
+            }
             m->fp_conv = conv_share(im->sample_res, NULL, st.iters, B, o.tol);
         }
         int S = c->ift ? 1 : bounded ? c->bounded_grad : c->grad;

@@ -111,7 +111,7 @@ int model_fwd(Model *m, const int *ids, const int *targets, int B, int T, float 
     int rc = model_plan(m, B, T);
     if (rc) return rc;
     if ((rc = model_check_ids(m, ids, (long)B * T, "input"))) return rc;
-    m->fp_conv = -1;   /* the model sets it where a solve has a tolerance */
+    m->fp_conv = m->fp_extended = -1;   /* the model sets them where a solve has a tolerance */
     return m->type->fwd(m, ids, targets, B, T, loss);
 }
 

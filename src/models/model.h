@@ -88,6 +88,8 @@ struct Model {
     double fp_conv;      /* share of the samples (step: of this token's batch rows) whose solve reached
                           * its tolerance; -1 where no tolerance applies (explicit models, the unrolled
                           * warm-up, an evaluation cap of 1) */
+    double fp_extended;  /* converge-or-extend: share of the samples whose training solve went on past
+                          * f_max_iter (-1: the rule is off or did not apply) */
     int eval_solve;      /* implicit models, evaluation: 0 = the evaluation loop; 1 = the training
                           * forward without dropout (the training solve at the curriculum's current
                           * cap, then the phantom steps): the "training cap" side of the fixed-point gap */

@@ -159,12 +159,13 @@ int eval_gap(Model *m, const Task *t, int len, float p, int samples, int batch, 
     int rc = eval_core(m, t, len, p, samples, batch, EVAL_SIMULTANEOUS, &out->train_cap, NULL, NULL, NULL, NULL);
     m->eval_solve = 0;
     if (rc) return rc;
-    double own_tol = m->cfg.f_tol;
+    double own_tol = m->cfg.f_tol, own_eval_tol = m->cfg.eval_f_tol;
     int own_cap = m->cfg.eval_f_max_iter;
-    m->cfg.f_tol = tol;
+    m->cfg.f_tol = m->cfg.eval_f_tol = tol;   /* the evaluation loop stops at exactly tol */
     m->cfg.eval_f_max_iter = max_iter;
     rc = eval_core(m, t, len, p, samples, batch, EVAL_SIMULTANEOUS, &out->tight, NULL, NULL, NULL, NULL);
     m->cfg.f_tol = own_tol;
+    m->cfg.eval_f_tol = own_eval_tol;
     m->cfg.eval_f_max_iter = own_cap;
     return rc;
 }

@@ -488,6 +488,7 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
         json_buf_key(&b, "fp_rel_res_max"); json_buf_num(&b, t->model.fp_res_max);
         json_buf_key(&b, "fp_step_max"); json_buf_num(&b, t->model.fp_step_max);
         if (t->model.fp_conv >= 0) { json_buf_key(&b, "fp_conv"); json_buf_num(&b, t->model.fp_conv); }
+        if (t->model.fp_extended >= 0) { json_buf_key(&b, "fp_extended"); json_buf_num(&b, t->model.fp_extended); }
     }
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
