@@ -227,14 +227,14 @@ static void test_kernel_threads(Rng *r) {
     float *o[2], *S[2], *d[2][5];
     size_t n[5] = {x.nq, x.nk, x.nv, x.nb, x.ng};
     for (int run = 0; run < 2; run++) {
-        k_set_threads(run ? 3 : th_thread_base());
+        th_bitid_threads(run ? 3 : th_thread_base());
         o[run] = th_alloc(x.no), S[run] = th_alloc(x.ns);
         for (int i = 0; i < 5; i++) d[run][i] = th_alloc(n[i]);
         k_delta_fwd(o[run], S[run], x.q, x.k, x.v, x.beta, x.g, B, T, H, nh, K, V);
         k_delta_bwd(d[run][0], d[run][1], d[run][2], d[run][3], d[run][4], dout, x.q, x.k, x.v, x.beta, x.g, B,
                     T, H, nh, K, V);
     }
-    k_set_threads(keep);
+    th_threads_restore(keep);
     int same = bits_equal(o[0], o[1], x.no) && bits_equal(S[0], S[1], x.ns);
     for (int i = 0; i < 5; i++) same &= bits_equal(d[0][i], d[1][i], n[i]);
     TH_CHECK(same, "delta kernels differ between %d and 3 threads", th_thread_base());
@@ -509,14 +509,14 @@ static void test_model_threads_ckpt(Rng *r) {
     float loss[2], *g[2], *lg = th_alloc((size_t)B * T * m.V);
     int keep = k_get_threads();
     for (int run = 0; run < 2; run++) {
-        k_set_threads(run ? 3 : 2);
+        th_bitid_threads(run ? 3 : 2);
         model_fwd(&m, ids, tg, B, T, &loss[run]);
         model_zero_grad(&m);
         model_bwd(&m);
         g[run] = th_alloc(m.tab.total);
         memcpy(g[run], m.grads, m.tab.total * sizeof(float));
     }
-    k_set_threads(keep);
+    th_threads_restore(keep);
     TH_CHECK(loss[0] == loss[1] && bits_equal(g[0], g[1], m.tab.total),
              "gated_deltanet: loss or gradients differ between 2 and 3 threads (%.9g vs %.9g)", loss[0], loss[1]);
     float l1 = 0;

@@ -319,14 +319,14 @@ static void test_threads(int rnn, Opt op) {
     o.cap = 20;
     int threads = k_get_threads(), t0 = th_thread_base();
     for (int run = 0; run < 2; run++) {
-        k_set_threads(t0 + run);
+        th_bitid_threads(t0 + run);
         memset(b->dtheta, 0, b->t.total * sizeof(float));
         memset(b->deff, 0, b->neff * sizeof(float));
         TH_CHECK(fwd(&k, run ? b->out : o1, &o, NULL, b->cache) == IM_OK, "fwd");
         bwd(&k);
         if (!run) memcpy(d1, b->dtheta, b->t.total * sizeof(float));
     }
-    k_set_threads(threads);
+    th_threads_restore(threads);
     TH_CHECK(!memcmp(o1, b->out, (size_t)B * T * DM * sizeof(float)), "%s: forward bit-identical at %d and %d threads",
              rnn ? "fp_rnn" : "fp_mamba2", t0, t0 + 1);
     TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "%s: gradients bit-identical at %d and %d threads",

@@ -137,9 +137,9 @@ static void test_parity(void) {
 
 /* fn's output at `threads` threads (C starts from p.C0). */
 static float *at_threads(const Prod *p, GemmFn fn, int threads, float alpha, float beta) {
-    k_set_threads(threads);
+    th_bitid_threads(threads);
     float *C = prod_run(p, fn, alpha, beta);
-    k_set_threads(2);
+    th_threads_restore(2);
     return C;
 }
 

@@ -891,11 +891,11 @@ static void bitid(const char *name, void (*run)(void)) {
     size_t n = 4 * (size_t)TB_N;
     float *one = th_alloc(n);
     int t0 = th_thread_base();
-    k_set_threads(t0);
+    th_bitid_threads(t0);
     memset(G.out, 0, n * sizeof(float));
     run();
     memcpy(one, G.out, n * sizeof(float));
-    k_set_threads(4);
+    th_bitid_threads(4);
     memset(G.out, 0, n * sizeof(float));
     run();
     TH_CHECK(memcmp(one, G.out, n * sizeof(float)) == 0, "%s: outputs differ between %d and 4 threads", name, t0);
@@ -929,7 +929,7 @@ static void test_threads(void) {
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
         {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) bitid(ours[i].name, ours[i].run);
-    k_set_threads(1);
+    th_threads_restore(1);
     free(G.a), free(G.b), free(G.c), free(G.d), free(G.out), free(G.first), free(G.ids);
 }
 

@@ -180,7 +180,7 @@ static void s6_threads(Rng *r) {
     size_t nf = n_x(&s) + n_h(&s), ns = (size_t)s.B * s.E + n_h(&s);
     int keep = k_get_threads();
     for (int run = 0; run < 2; run++) {
-        k_set_threads(run ? 3 : th_thread_base());
+        th_bitid_threads(run ? 3 : th_thread_base());
         out[run] = th_alloc(nf + ns);
         g[run] = grad_new(&s);
         k_s6_fwd(out[run], out[run] + n_x(&s), s.x, s.dt, s.A, s.Bm, s.Cm, s.D, s.B, s.T, s.E, s.N);
@@ -188,7 +188,7 @@ static void s6_threads(Rng *r) {
         k_s6_step(out[run] + nf, out[run] + nf + (size_t)s.B * s.E, hin, s.x, s.dt, s.A, s.Bm, s.Cm, s.D, s.B,
                   s.E, s.N);
     }
-    k_set_threads(keep);
+    th_threads_restore(keep);
     TH_CHECK(!memcmp(out[0], out[1], (nf + ns) * sizeof(float)), "s6 fwd/step: %d vs 3 threads differ", th_thread_base());
     TH_CHECK(!memcmp(g[0].all, g[1].all, g[0].n * sizeof(float)), "s6 bwd: %d vs 3 threads differ", th_thread_base());
     for (int run = 0; run < 2; run++) { free(out[run]); free(g[run].all); }

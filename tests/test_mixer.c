@@ -770,7 +770,7 @@ static void test_threads(void) {
         for (int run = 0; run < 2; run++) {
             Mx x;
             mx_case(&x, k, M, 300 + ci);
-            k_set_threads(t0 + run);
+            th_bitid_threads(t0 + run);
             mx_bwd(&x);
             size_t no = (size_t)M * x.c.d, np = (size_t)M * x.c.dp;
             tot = no + np + no + x.t.total;
@@ -781,7 +781,7 @@ static void test_threads(void) {
             memcpy(res[run] + 2 * no + np, x.dth, x.t.total * sizeof(float));
             mx_free(&x);
         }
-        k_set_threads(1);
+        th_threads_restore(1);
         TH_CHECK(!memcmp(res[0], res[1], tot * sizeof(float)), "%s: %d vs %d threads differ", nm, t0, t0 + 1);
         free(res[0]);
         free(res[1]);

@@ -309,13 +309,13 @@ static void test_ssd_paths(Rng *r) {
         float *y[2], *sv[2], *hT[2];
         SsdGrad g[2];
         for (int run = 0; run < 2; run++) { /* the base count (th.h), then 3 */
-            k_set_threads(run ? 3 : th_thread_base());
+            th_bitid_threads(run ? 3 : th_thread_base());
             y[run] = th_alloc(nx), sv[run] = th_alloc(nsv), hT[run] = th_alloc(nS);
             ssd_run_fwd(fw[path], &s, 1, y[run], sv[run], hT[run]);
             g[run] = ssd_grad_new(&s);
             ssd_run_bwd(bw[path], &s, 1, &g[run], dy, dhT, path ? sv0 : sv[run]);
         }
-        k_set_threads(keep);
+        th_threads_restore(keep);
         close_arr(y[0], y0, nx, 2e-5, &max_err_fwd, "ssd path fwd y", tag);
         close_arr(sv[0], sv0, nsv, 2e-5, &max_err_fwd, "ssd path fwd saved", tag);
         close_arr(hT[0], h0r, nS, 2e-5, &max_err_fwd, "ssd path fwd hT", tag);
@@ -663,11 +663,11 @@ static void test_threads(Rng *r) {
                  8 * (size_t)2 * 70 * 3 * 8;
     float *o1 = th_alloc(cap), *o3 = th_alloc(cap);
     int keep = k_get_threads();
-    k_set_threads(th_thread_base());
+    th_bitid_threads(th_thread_base());
     size_t n1 = run_all_fast(o1, &s, &a);
-    k_set_threads(3);
+    th_bitid_threads(3);
     size_t n3 = run_all_fast(o3, &s, &a);
-    k_set_threads(keep);
+    th_threads_restore(keep);
     TH_CHECK(n1 == n3 && n1 <= cap, "thread test sizes %zu %zu cap %zu", n1, n3, cap);
     TH_CHECK(bits_equal(o1, o3, n1), "fast sequence kernels differ between %d and 3 threads", th_thread_base());
     free(o1); free(o3);

@@ -85,6 +85,18 @@ static inline char *th_read_file(const char *path, size_t *n) {
     return buf;
 }
 
+/* One run of a bit-identity pair at n threads: every kernel call forks whenever it has two items
+ * (kernels.h k_set_fork_ns(0)), so that the small shapes of tests reach the parallel code that
+ * the default threshold keeps for large calls. th_threads_restore(keep) ends the pair. */
+static inline void th_bitid_threads(int n) {
+    k_set_threads(n);
+    k_set_fork_ns(0);
+}
+static inline void th_threads_restore(int n) {
+    k_set_threads(n);
+    k_set_fork_ns(-1);
+}
+
 static inline int th_done(void) {
     printf("%s: %d passed, %d failed\n", th_name, th_passed, th_failed);
     return th_failed ? 1 : 0;

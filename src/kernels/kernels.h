@@ -44,6 +44,13 @@
  * in, is only called for products too small to split and always runs on one thread (cpu/gemm.c). */
 void k_set_threads(int n);
 int k_get_threads(void);
+/* A kernel call forks only when its estimated one-thread time reaches this many nanoseconds
+ * (cpu/threading.h: the measured costs, and why 20 us by default); below, it runs on the calling
+ * thread without entering OpenMP. Set by tests (0: fork whenever there are two items, so that
+ * bit-identity tests reach the parallel code on small shapes) and benches (bench_threads); a
+ * negative value restores the default. */
+void k_set_fork_ns(double ns);
+double k_fork_ns(void);
 /* "none"/"openblas" and "omp"/"serial": what this build uses, for banners and bench tables. */
 const char *k_blas_name(void);
 const char *k_omp_name(void);

@@ -79,7 +79,7 @@ static void rope_apply(float *y, const float *x, int B, int T, int NH, int HD, i
     int half = HD / 2;
     float *cs = rope_table(T, HD, pos0, theta);
     /* batch-1 steps rotate a few hundred floats: not worth a parallel region */
-#pragma omp parallel for schedule(static) if ((double)B * T * NH * HD >= PAR_MIN_ELEMS)
+    KT_FOR(kt_team((double)B * T * NH * HD * KT_NS_COPY, (long)B * T),
     for (long bt = 0; bt < (long)B * T; bt++) {
         const float *c = cs + (size_t)(bt % T) * half * 2;
         for (int h = 0; h < NH; h++) {
@@ -96,7 +96,7 @@ static void rope_apply(float *y, const float *x, int B, int T, int NH, int HD, i
                 }
             }
         }
-    }
+    });
 }
 
 void k_rope_fwd(float *y, const float *x, int B, int T, int NH, int HD, int pos0, float theta) {
@@ -114,6 +114,13 @@ typedef struct {
     size_t rs;   /* floats between consecutive tokens: NH * HD */
     float scale; /* 1 / sqrt(HD) */
 } Dims;
+
+/* The team of a whole-sequence pass: passes x the causal multiply-adds of q.k (and as many of
+ * p.v), B NH T (T + 1) / 2 HD each (threading.h). */
+static int attn_team(const Dims *d, double passes) {
+    return kt_team(passes * d->B * d->NH * (d->T + 1.0) * d->T / 2 * d->HD * KT_NS_ATTN,
+                   (long)d->B * d->NH);
+}
 
 /* Per-thread scratch: two (QB, T) score blocks, K^T and V^T of one head (HD, T), QB row factors,
  * then mm packing space (edge panels only). */
@@ -191,13 +198,13 @@ void k_attn_fwd(float *o, float *lse, const float *q, const float *k, const floa
     size_t wsz = ws_floats(&d);
     float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * kt_max_threads());
     /* one (b, head) per item: K^T is formed once and serves every query block */
-#pragma omp parallel for schedule(static)
+    KT_FOR(attn_team(&d, 2.0),
     for (int i = 0; i < B * NH; i++) {
         Ws w = ws_carve(wsbuf + wsz * kt_thread_id(), &d);
         int b = i / NH, h = i % NH;
         transpose_head(w.KT, k + (size_t)b * T * d.rs + (size_t)h * HD, &d);
         for (int i0 = 0; i0 < T; i0 += QB) fwd_block(&w, o, lse, q, v, &d, b, h, i0);
-    }
+    });
 }
 
 /* ---- attention backward --------------------------------------------------------------------- */
@@ -259,11 +266,11 @@ void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float 
     Dims d = {B, T, NH, HD, (size_t)NH * HD, 1.0f / sqrtf((float)HD)};
     size_t wsz = ws_floats(&d);
     float *wsbuf = kscratch_floats(KS_ATTN_WS, wsz * kt_max_threads());
-#pragma omp parallel for schedule(static)
+    KT_FOR(attn_team(&d, 5.0),
     for (int i = 0; i < B * NH; i++) {
         Ws w = ws_carve(wsbuf + wsz * kt_thread_id(), &d);
         bwd_bh(&w, dq, dk, dv, dout, q, k, v, o, lse, &d, i / NH, i % NH);
-    }
+    });
 }
 
 /* ---- one-token attention against a KV cache ------------------------------------------------- */
@@ -276,7 +283,7 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
     size_t nsc = (size_t)n_cached + 1;
     float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * kt_max_threads()); /* scores of one (b, head) */
     /* parallel only once the cache reads (K and V rows of every head) are worth a fork/join */
-#pragma omp parallel for schedule(static) if (2.0 * B * NH * (double)nsc * HD >= PAR_MIN_ELEMS)
+    KT_FOR(kt_team(2.0 * B * NH * (double)nsc * HD * KT_NS_ATTN, (long)B * NH),
     for (int i = 0; i < B * NH; i++) {
         float *sc = scbuf + nsc * kt_thread_id();
         const float *qh = q + (size_t)i * HD;
@@ -298,5 +305,5 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
         }
         float inv = 1.0f / sum;
         for (int e = 0; e < HD; e++) oh[e] *= inv;
-    }
+    });
 }

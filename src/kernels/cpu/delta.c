@@ -179,12 +179,18 @@ static void fwd_token(float *restrict S, float *restrict out, float *restrict u,
     }
 }
 
+/* The team of a pass over B*H states of KV floats, nh sub-steps per token; the backward is
+ * about three forwards (recompute, then the two sweeps of the adjoint). */
+static int delta_team(int B, int T, int H, int nh, size_t KV, double passes) {
+    return kt_team(passes * B * H * (double)T * nh * KV * KT_NS_SCAN, (long)B * H);
+}
+
 void k_delta_fwd(float *o, float *S_out, const float *q, const float *k, const float *v,
                  const float *beta, const float *g, int B, int T, int H, int nh, int K, int V) {
     check_dims(B, T, H, nh, K, V);
     const size_t KV = (size_t)K * V, per = up16(KV) + 2 * up16((size_t)V);
     float *ws = kscratch_floats(KS_SSD_WS, per * kt_max_threads());
-#pragma omp parallel for schedule(static)
+    KT_FOR(delta_team(B, T, H, nh, KV, 1.0),
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         Bh x = bh_of(q, k, v, beta, g, b, h, T, H, nh, K, V);
@@ -193,7 +199,7 @@ void k_delta_fwd(float *o, float *S_out, const float *q, const float *k, const f
         memset(S, 0, sizeof(float) * KV);
         for (int t = 0; t < T; t++) fwd_token(S, ob + t * x.so, u, acc, &x, t);
         if (S_out) memcpy(S_out + (size_t)i * KV, S, sizeof(float) * KV);
-    }
+    });
 }
 
 void k_delta_step(float *o, float *S_out, const float *S_in, const float *q, const float *k,
@@ -203,7 +209,7 @@ void k_delta_step(float *o, float *S_out, const float *S_in, const float *q, con
     const size_t KV = (size_t)K * V, per = up16(KV) + 2 * up16((size_t)V);
     float *ws = kscratch_floats(KS_SSD_STEP, per * kt_max_threads());
     /* one K x V state update per (b, head): parallel only when the states are large */
-#pragma omp parallel for schedule(static) if ((double)B * H * KV >= PAR_MIN_ELEMS)
+    KT_FOR(kt_team((double)B * H * nh * KV * KT_NS_STEP, (long)B * H),
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         Bh x = bh_of(q, k, v, beta, g, b, h, 1, H, nh, K, V);
@@ -212,7 +218,7 @@ void k_delta_step(float *o, float *S_out, const float *S_in, const float *q, con
         float *S = S_out ? S_out + (size_t)i * KV : mine;
         if (S != S_in + (size_t)i * KV) memcpy(S, S_in + (size_t)i * KV, sizeof(float) * KV);
         fwd_token(S, o + (size_t)i * V, u, acc, &x, 0);
-    }
+    });
 }
 
 /* ---- backward --------------------------------------------------------------------------------- */
@@ -368,7 +374,7 @@ void k_delta_bwd(float *dq, float *dk, float *dv, float *dbeta, float *dg, const
     Ws probe;
     const size_t per = ws_carve(NULL, &probe, T, nh, K, V);
     float *ws = kscratch_floats(KS_SSD_WS, per * kt_max_threads());
-#pragma omp parallel for schedule(static)
+    KT_FOR(delta_team(B, T, H, nh, (size_t)K * V, 3.0),
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         Bh x = bh_of(q, k, v, beta, g, b, h, T, H, nh, K, V);
@@ -382,5 +388,5 @@ void k_delta_bwd(float *dq, float *dk, float *dv, float *dbeta, float *dg, const
         Ws w;
         ws_carve(ws + per * kt_thread_id(), &w, T, nh, K, V);
         bwd_bh(&w, &d, &x);
-    }
+    });
 }

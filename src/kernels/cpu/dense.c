@@ -2,7 +2,8 @@
  * implicit-lm §6), RMSNorm and gated RMSNorm (§1.2), softmax, cross-entropy, SiLU and SwiGLU.
  * Same contracts as the references in ref/dense.c.
  *
- * Threading (STYLE §8.7): OpenMP over rows with schedule(static); a row is always handled by
+ * Threading (STYLE §8.7): OpenMP over rows with schedule(static), forking only for calls whose
+ * estimated work reaches threading.h's threshold (KT_FOR, kt_team); a row is always handled by
  * one thread, with lane-parallel sums (vmath.h) whose order depends only on the row length.
  * Parameter gradients that sum over rows (dw of the norms) are summed per fixed block of rows
  * into scratch, then the block partials are added in block order. So every output is
@@ -21,8 +22,9 @@
 
 #include "threading.h"
 
-/* Row-parallel loops go parallel above this many elements in total. */
-#define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
+/* The team of a loop over M rows of C elements, and of an elementwise loop over n (threading.h). */
+#define ROW_TEAM(M, C) kt_team((double)(M) * (double)(C) * KT_NS_ROW_ELEM, (M))
+#define ELEM_TEAM(n) kt_team((double)(n) * KT_NS_ELEM, (long)(n))
 /* Column chunk when partial sums are combined: a stack accumulator of this many floats. */
 #define COLCHUNK 128
 
@@ -48,7 +50,7 @@ static float wn_factor(float s, const float *vi, int C, float clip, float *norm,
 
 /* One row per iteration: norm, factor, scale; rows are independent. */
 void k_weightnorm_fwd(float *W, const float *g, const float *v, int R, int C, float target, float clip) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(R, C))
+    KT_FOR(ROW_TEAM(R, C),
     for (int i = 0; i < R; i++) {
         const float *vi = v + (size_t)i * C;
         float *Wi = W + (size_t)i * C;
@@ -56,13 +58,13 @@ void k_weightnorm_fwd(float *W, const float *g, const float *v, int R, int C, fl
         int clipped;
         float f = wn_factor(g ? g[i] : target, vi, C, clip, &norm, &clipped);
         for (int c = 0; c < C; c++) Wi[c] = f * vi[c];
-    }
+    });
 }
 
 /* Per row: dg = <dW, v> / ||v||;  dv = f (dW - <dW, v> v / ||v||^2)  (see ref/dense.c). */
 void k_weightnorm_bwd(float *dg, float *dv, const float *dW, const float *g, const float *v, int R,
                       int C, float target, float clip) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(R, C))
+    KT_FOR(ROW_TEAM(R, C),
     for (int i = 0; i < R; i++) {
         const float *vi = v + (size_t)i * C, *dWi = dW + (size_t)i * C;
         float *dvi = dv ? dv + (size_t)i * C : NULL;
@@ -81,13 +83,13 @@ void k_weightnorm_bwd(float *dg, float *dv, const float *dW, const float *g, con
             float proj = dot / (norm * norm); /* remove the radial part of dW_i */
             for (int c = 0; c < C; c++) dvi[c] += f * (dWi[c] - proj * vi[c]);
         }
-    }
+    });
 }
 
 /* ---- RMSNorm --------------------------------------------------------------------------------- */
 
 void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M, int C, float eps) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    KT_FOR(ROW_TEAM(M, C),
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C;
         float *yi = y + (size_t)i * C;
@@ -95,7 +97,7 @@ void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M,
         float r = 1.0f / sqrtf(dot_lanes(xi, xi, C) / (float)C + eps);
         if (rstd) rstd[i] = r;
         for (int c = 0; c < C; c++) yi[c] = xi[c] * r * w[c];
-    }
+    });
 }
 
 /* The dw of both norms sums over rows. To read dy and x only once, the backward runs over
@@ -107,7 +109,7 @@ void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M,
 /* dw[c] += sum_b part[b, c], b in order; columns split over threads. */
 static void add_partials(float *dw, const float *part, int nb, int C) {
     int nchunk = (C + COLCHUNK - 1) / COLCHUNK;
-#pragma omp parallel for schedule(static) if (PAR_ROWS(nb, C))
+    KT_FOR(kt_team((double)nb * C * KT_NS_COPY, nchunk),
     for (int ch = 0; ch < nchunk; ch++) {
         int c0 = ch * COLCHUNK, n = C - c0 < COLCHUNK ? C - c0 : COLCHUNK;
         float acc[COLCHUNK];
@@ -115,7 +117,7 @@ static void add_partials(float *dw, const float *part, int nb, int C) {
         for (int b = 0; b < nb; b++)
             for (int c = 0; c < n; c++) acc[c] += part[(size_t)b * C + c0 + c];
         for (int c = 0; c < n; c++) dw[c0 + c] += acc[c];
-    }
+    });
 }
 
 /* (nb, C) partial dw rows, in persistent kernel scratch (kscratch.h). */
@@ -125,7 +127,7 @@ void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const 
                    const float *rstd, int M, int C) {
     int nb = (M + NORM_RB - 1) / NORM_RB;
     float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw */
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    KT_FOR(ROW_TEAM(M, C),
     for (int b = 0; b < nb; b++) {
         float *pw = part ? part + (size_t)b * C : NULL;
         if (pw)
@@ -141,7 +143,7 @@ void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const 
             if (pw)
                 for (int c = 0; c < C; c++) pw[c] += dyi[c] * xi[c] * r;
         }
-    }
+    });
     if (dw) add_partials(dw, part, nb, C);
 }
 
@@ -149,7 +151,7 @@ void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const 
 
 void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, const float *w,
                          int M, int C, float eps) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    KT_FOR(ROW_TEAM(M, C),
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C, *zi = z + (size_t)i * C;
         float *yi = y + (size_t)i * C;
@@ -157,7 +159,7 @@ void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, 
         float r = 1.0f / sqrtf(dot_lanes(yi, yi, C) / (float)C + eps);
         if (rstd) rstd[i] = r;
         for (int c = 0; c < C; c++) yi[c] = yi[c] * r * w[c];
-    }
+    });
 }
 
 /* One row of the gated backward. Pass 1 stores s = sigmoid(z) in sg (one exp per element) and
@@ -200,12 +202,12 @@ static void gated_bwd_row(float *dx, float *dz, float *pw, float *sg, const floa
 
 void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x,
                          const float *z, const float *w, const float *rstd, int M, int C) {
-    int nb = (M + NORM_RB - 1) / NORM_RB, par = PAR_ROWS(M, C);
+    int nb = (M + NORM_RB - 1) / NORM_RB, nt = ROW_TEAM(M, C);
     float *part = dw ? norm_scratch(nb, C) : NULL; /* (nb, C) partial dw, as k_rmsnorm_bwd */
     /* one row of sigmoid(z) per thread (persistent scratch, taken outside the parallel region) */
     size_t cs = ((size_t)C + 15) / 16 * 16;
-    float *sgbuf = kscratch_floats(KS_NORM_ROW, cs * (par ? kt_max_threads() : 1));
-#pragma omp parallel for schedule(static) if (par)
+    float *sgbuf = kscratch_floats(KS_NORM_ROW, cs * (size_t)nt);
+    KT_FOR(nt,
     for (int b = 0; b < nb; b++) {
         float *pw = part ? part + (size_t)b * C : NULL;
         float *sg = sgbuf + cs * kt_thread_id();
@@ -216,7 +218,7 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
             gated_bwd_row(dx ? dx + o : NULL, dz ? dz + o : NULL, pw, sg, dy + o, x + o, z + o, w,
                           rstd[i], C);
         }
-    }
+    });
     if (dw) add_partials(dw, part, nb, C);
 }
 
@@ -224,7 +226,7 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
 
 /* Three passes over a row that stays in L1/L2: max, exp + sum, scale by 1 / sum. */
 void k_softmax(float *y, const float *x, int M, int C) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
+    KT_FOR(ROW_TEAM(M, C),
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C;
         float *yi = y + (size_t)i * C;
@@ -232,7 +234,7 @@ void k_softmax(float *y, const float *x, int M, int C) {
         for (int c = 0; c < C; c++) yi[c] = vexp(xi[c] - mx); /* elementwise: aliasing is safe */
         float inv = 1.0f / sum_lanes(yi, C);
         for (int c = 0; c < C; c++) yi[c] *= inv;
-    }
+    });
 }
 
 /* log sum_j exp(l_j), max-subtracted, lane sums. */
@@ -251,7 +253,7 @@ static float logsumexp(const float *l, int V) {
 
 /* Rows are independent; logits are only read, never materialised as probabilities. */
 void k_xent_fwd(float *loss, const float *logits, const int *targets, int M, int V, int ignore) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, V))
+    KT_FOR(ROW_TEAM(M, V),
     for (int i = 0; i < M; i++) {
         int t = targets[i];
         if (t == ignore) {
@@ -261,12 +263,12 @@ void k_xent_fwd(float *loss, const float *logits, const int *targets, int M, int
         CHECK(t >= 0 && t < V, "xent: target %d out of range [0, %d) at row %d", t, V, i);
         const float *l = logits + (size_t)i * V;
         loss[i] = logsumexp(l, V) - l[t];
-    }
+    });
 }
 
 void k_xent_bwd(float *dlogits, const float *logits, const int *targets, const float *dloss, int M,
                 int V, int ignore) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, V))
+    KT_FOR(ROW_TEAM(M, V),
     for (int i = 0; i < M; i++) {
         int t = targets[i];
         if (t == ignore) continue;
@@ -277,36 +279,36 @@ void k_xent_bwd(float *dlogits, const float *logits, const int *targets, const f
         /* softmax as exp(l - lse) directly: no second normalising pass */
         for (int j = 0; j < V; j++) d[j] += g * vexp(l[j] - lse);
         d[t] -= g;
-    }
+    });
 }
 
 /* ---- activations ----------------------------------------------------------------------------- */
 
 /* Elementwise kernels: one vectorised loop, split statically over threads when large. */
 void k_silu_fwd(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) y[i] = vsilu(x[i]);
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] = vsilu(x[i]));
 }
 
 void k_silu_bwd(float *dx, const float *dy, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * silu_grad(x[i]);
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * silu_grad(x[i]));
 }
 
 void k_swiglu_fwd(float *y, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) y[i] = vsilu(a[i]) * b[i];
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] = vsilu(a[i]) * b[i]);
 }
 
 void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const float *b, size_t n) {
     /* separate loops keep each one branch-free and vectorised */
     if (da) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (size_t i = 0; i < n; i++) da[i] += dy[i] * b[i] * silu_grad(a[i]);
+        KT_FOR(ELEM_TEAM(n),
+        for (size_t i = 0; i < n; i++) da[i] += dy[i] * b[i] * silu_grad(a[i]));
     }
     if (db) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (size_t i = 0; i < n; i++) db[i] += dy[i] * vsilu(a[i]);
+        KT_FOR(ELEM_TEAM(n),
+        for (size_t i = 0; i < n; i++) db[i] += dy[i] * vsilu(a[i]));
     }
 }
 

@@ -17,9 +17,9 @@
 
 #include "../../core/check.h"
 #include "kscratch.h"
+#include "threading.h"
 #include "vmath.h"
 
-#define PAR_ROWS(M, C) ((double)(M) * (double)(C) >= (double)PAR_MIN_ELEMS)
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
@@ -43,8 +43,8 @@ static void check_ids(const int *ids, int M, int V) {
 /* A gather: ids are validated up front so the parallel copy loop has no failure path. */
 void k_embed_fwd(float *y, const int *ids, const float *E, int M, int V, int D) {
     check_ids(ids, M, V);
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, D))
-    for (int i = 0; i < M; i++) memcpy(y + (size_t)i * D, E + (size_t)ids[i] * D, (size_t)D * sizeof(float));
+    KT_FOR(kt_team((double)M * D * KT_NS_COPY, M),
+    for (int i = 0; i < M; i++) memcpy(y + (size_t)i * D, E + (size_t)ids[i] * D, (size_t)D * sizeof(float)));
 }
 
 void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D) {
@@ -52,7 +52,7 @@ void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D
     /* Repeated ids make rows collide, so split columns instead: each thread scatters its column
      * range of every row, in row order, exactly as the reference does. */
     int cs = col_chunk(D), nch = (D + cs - 1) / cs;
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, D))
+    KT_FOR(kt_team((double)M * D * KT_NS_COPY, nch),
     for (int ch = 0; ch < nch; ch++) {
         int d0 = ch * cs, d1 = imin(D, d0 + cs);
         for (int i = 0; i < M; i++) {
@@ -60,7 +60,7 @@ void k_embed_bwd(float *dE, const float *dy, const int *ids, int M, int V, int D
             const float *src = dy + (size_t)i * D;
             for (int d = d0; d < d1; d++) dst[d] += src[d];
         }
-    }
+    });
 }
 
 /* ---- causal depthwise conv1d ----------------------------------------------------------------- */
@@ -111,7 +111,7 @@ static void conv4_dx_row(float *restrict dx, const float *restrict w, size_t ldw
  * missing taps, which the reference adds as zero padding (x * 0 adds +-0: the same value). */
 void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W) {
     float *wt = transpose_w(w, C, W);
-#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+    KT_FOR(kt_team((double)B * T * C * W * KT_NS_CONV_TAP, (long)B * T),
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T, k0 = W - 1 - t > 0 ? W - 1 - t : 0; /* first tap with an input */
         float *yr = y + (size_t)bt * C;
@@ -138,7 +138,7 @@ void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, i
                 yr[c] = acc;
             }
         }
-    }
+    });
 }
 
 /* One (b, t) row of the W = 4 parameter gradient over n channels: acc rows k = 0..3 (tap sums) and
@@ -166,7 +166,7 @@ static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const fl
                               int C, int W) {
     float *acc = kscratch_floats(KS_CONV_ACC, (size_t)(W + 1) * C); /* (W, C) tap sums, then (C) bias sums */
     int cs = col_chunk(C), nch = (C + cs - 1) / cs;
-#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+    KT_FOR(kt_team((double)B * T * C * W * KT_NS_CONV_TAP, nch),
     for (int ch = 0; ch < nch; ch++) {
         int c0 = ch * cs, c1 = imin(C, c0 + cs);
         for (int k = 0; k <= W; k++)
@@ -192,7 +192,7 @@ static void conv1d_param_grad(float *dw, float *dbias, const float *dy, const fl
                 for (int k = 0; k < W; k++) dw[(size_t)c * W + k] += acc[(size_t)k * C + c];
             if (dbias) dbias[c] += ab[c];
         }
-    }
+    });
 }
 
 void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
@@ -201,7 +201,7 @@ void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const flo
         /* dx[b,s,c] += sum_k w[c,k] dy[b, s+W-1-k, c] for the outputs s feeds (< T), taps in
          * order k = 0..W-1 (as the reference), all in one pass over the row */
         float *wt = transpose_w(w, C, W);
-#pragma omp parallel for schedule(static) if (PAR_ROWS((size_t)B * T, C * W))
+        KT_FOR(kt_team((double)B * T * C * W * KT_NS_CONV_TAP, (long)B * T),
         for (int bs = 0; bs < B * T; bs++) {
             int s = bs % T;
             float *dxr = dx + (size_t)bs * C;
@@ -215,7 +215,7 @@ void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const flo
                 const float *g = dy + (size_t)(bs + (t - s)) * C, *wk = wt + (size_t)k * C;
                 for (int c = 0; c < C; c++) dxr[c] += wk[c] * g[c];
             }
-        }
+        });
     }
     if (dw || dbias) conv1d_param_grad(dw, dbias, dy, x, B, T, C, W);
 }
@@ -223,7 +223,7 @@ void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const flo
 /* Decode step: B*C tiny dot products of length W; parallel over the batch. */
 void k_conv1d_step(float *y, float *state_out, const float *state_in, const float *x, const float *w,
                    const float *bias, int B, int C, int W) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(B, C * W))
+    KT_FOR(kt_team((double)B * C * W * KT_NS_CONV_TAP, B),
     for (int b = 0; b < B; b++)
         for (int c = 0; c < C; c++) {
             const float *s = state_in + ((size_t)b * C + c) * W, *wc = w + (size_t)c * W;
@@ -238,7 +238,7 @@ void k_conv1d_step(float *y, float *state_out, const float *state_in, const floa
                 so[W - 1] = xv;
             }
             y[(size_t)b * C + c] = acc;
-        }
+        });
 }
 
 /* ---- LSTM cell (gate order i, f, g, o; vmath.h sigmoid/tanh, so the loops over j vectorise) - */
@@ -256,7 +256,7 @@ static const float *zero_row(int Hd) {
  * gates in three elementwise passes over contiguous blocks, then the cell update. */
 void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const float *c_prev, int B, int Hd) {
     const float *zeros = c_prev ? NULL : zero_row(Hd);
-#pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
+    KT_FOR(kt_team((double)B * Hd * KT_NS_LSTM, B),
     for (int b = 0; b < B; b++) {
         const float *p = pre + (size_t)b * 4 * Hd;
         float *a = act + (size_t)b * 4 * Hd;
@@ -266,13 +266,15 @@ void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const flo
         const float *ig = a, *fg = a + Hd, *gg = a + 2 * Hd, *og = a + 3 * Hd;
         const float *cp = c_prev ? c_prev + (size_t)b * Hd : zeros;
         float *cb = c + (size_t)b * Hd, *hb = h + (size_t)b * Hd;
-#pragma GCC ivdep /* elementwise: more streams than gcc's runtime alias checks cover */
+        /* elementwise: more streams than gcc's runtime alias checks cover (_Pragma: this loop
+         * is inside a KT_FOR argument) */
+        _Pragma("GCC ivdep")
         for (int j = 0; j < Hd; j++) {
             float cn = fg[j] * cp[j] + ig[j] * gg[j];
             cb[j] = cn;
             hb[j] = og[j] * vtanh(cn);
         }
-    }
+    });
 }
 
 /* Same chain rule as ref/dense.c; one thread per batch row, so no reduction at all. The gradient
@@ -281,7 +283,7 @@ void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const flo
 void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *dc, const float *act,
                      const float *c_prev, const float *c, int B, int Hd) {
     const float *zeros = c_prev && dc ? NULL : zero_row(Hd);
-#pragma omp parallel for schedule(static) if (PAR_ROWS(B, 4 * Hd))
+    KT_FOR(kt_team((double)B * Hd * KT_NS_LSTM, B),
     for (int b = 0; b < B; b++) {
         const float *a = act + (size_t)b * 4 * Hd;
         const float *ig = a, *fg = a + Hd, *gg = a + 2 * Hd, *og = a + 3 * Hd;
@@ -290,7 +292,7 @@ void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *
         const float *cp = c_prev ? c_prev + o : zeros;
         if (dpre) {
             float *d = dpre + (size_t)b * 4 * Hd;
-#pragma GCC ivdep
+            _Pragma("GCC ivdep")
             for (int j = 0; j < Hd; j++) {
                 float tc = vtanh(cb[j]);
                 float dct = dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc);
@@ -302,13 +304,13 @@ void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *
         }
         if (dc_prev) {
             float *dcp = dc_prev + o;
-#pragma GCC ivdep
+            _Pragma("GCC ivdep")
             for (int j = 0; j < Hd; j++) {
                 float tc = vtanh(cb[j]);
                 dcp[j] += (dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc)) * fg[j];
             }
         }
-    }
+    });
 }
 
 /* ---- optimisation and vector helpers --------------------------------------------------------- */
@@ -319,7 +321,7 @@ void k_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, f
     /* bias corrections in double, rounded once, exactly as the reference */
     float bc1 = (float)(1.0 - pow((double)b1, (double)t));
     float bc2 = (float)(1.0 - pow((double)b2, (double)t));
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    KT_FOR(kt_team((double)n * KT_NS_ADAMW, (long)n),
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gscale;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -327,7 +329,7 @@ void k_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, f
         m[i] = mi, v[i] = vi;
         float pi = p[i] - lr * wd * p[i]; /* decoupled decay first (PyTorch order) */
         p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    }
+    });
 }
 
 /* Partial sums of k_sumsq: at most this many chunks, each at least SUMSQ_MIN_CHUNK floats. */
@@ -340,7 +342,7 @@ double k_sumsq(const float *x, size_t n) {
     if (chunk < SUMSQ_MIN_CHUNK) chunk = SUMSQ_MIN_CHUNK;
     int nch = (int)((n + chunk - 1) / chunk);
     double part[SUMSQ_MAX_CHUNKS];
-#pragma omp parallel for schedule(static) if (nch > 1)
+    KT_FOR(kt_team((double)n * KT_NS_COPY, nch),
     for (int ch = 0; ch < nch; ch++) {
         size_t i0 = (size_t)ch * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
         double acc[16];
@@ -352,7 +354,7 @@ double k_sumsq(const float *x, size_t n) {
         for (; i < i1; i++) s += (double)x[i] * (double)x[i];
         for (int l = 0; l < 16; l++) s += acc[l];
         part[ch] = s;
-    }
+    });
     double s = 0.0;
     for (int ch = 0; ch < nch; ch++) s += part[ch];
     return s;
@@ -361,10 +363,10 @@ double k_sumsq(const float *x, size_t n) {
 /* Elementwise, so any split over threads gives the same bits. */
 void k_axpby(float *y, float a, const float *x, float b, size_t n) {
     if (b == 0.0f) { /* y is not read (may be uninitialised), as in the reference */
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (size_t i = 0; i < n; i++) y[i] = a * x[i];
+        KT_FOR(kt_team((double)n * KT_NS_COPY, (long)n),
+        for (size_t i = 0; i < n; i++) y[i] = a * x[i]);
     } else {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (size_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i];
+        KT_FOR(kt_team((double)n * KT_NS_COPY, (long)n),
+        for (size_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i]);
     }
 }

@@ -29,9 +29,7 @@
 
 #include "../../core/check.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threading.h"
 #ifdef IM_OPENBLAS
 #include <cblas.h>
 #endif
@@ -100,10 +98,10 @@ typedef __m128 Vec;
 #define MC (MR * 12)
 #endif
 #define NC 2048 /* B block KC x NC (4 MiB at KC 512) stays in L3 */
-/* Below this many multiply-adds (~10 us at 100 GFLOP/s; every thread also packs its own B) a
- * product stays on one thread (and goes to OpenBLAS in BLAS builds): the same trade as
- * SMALL_PAR_MIN_MACS in gemm_small.c, whose measurements it follows. */
-#define PAR_MIN_MACS (128.0 * 128.0 * 64.0)
+/* The team of an M x N x K product: below threading.h's threshold (2M multiply-adds at
+ * KT_NS_MAC, ~20 us at 100 GFLOP/s; every thread also packs its own B) it stays on one thread
+ * (and goes to OpenBLAS in BLAS builds). */
+static int gemm_team(int M, int N, int K) { return kt_team((double)M * N * K * KT_NS_MAC, (long)M * N); }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
@@ -276,9 +274,7 @@ static void gemm_blocked_run(const GemmArgs *g, int M, int N) {
         scale_c(g->C, g->ldc, M, N, g->beta);
         return;
     }
-    int nt = k_get_threads();
-    int par = nt > 1 && (double)M * N * K >= PAR_MIN_MACS;
-    if (!par) nt = 1;
+    int nt = gemm_team(M, N, K), par = nt > 1;
     /* Bounded scratch (kscratch.h, kept between calls): private packed B and A blocks for each
      * thread. Every thread packs the B it needs itself (a K x N copy per thread, small next to
      * M N K / threads), so threads never wait for each other: no barrier in the parallel region. */
@@ -287,7 +283,7 @@ static void gemm_blocked_run(const GemmArgs *g, int M, int N) {
     size_t ap_floats = (size_t)kc_max * imin(MC, (M + MR - 1) / MR * MR);
     float *buf = kscratch_floats(KS_GEMM, (bp_floats + ap_floats) * nt);
     int mt = (M + MR - 1) / MR, ntile = (N + NR - 1) / NR; /* tiles along M and N */
-    if (!par) { /* no parallel region at all: even an inactive one costs 0.3 us (gemm_small.c) */
+    if (!par) { /* no parallel region at all: even an inactive one costs 0.3 us (threading.h) */
         gemm_region(g, 0, M, 0, N, buf, buf + bp_floats);
         return;
     }
@@ -358,7 +354,7 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  *   So the small path takes M <= 8 where OpenBLAS would run the rest and M <= 16 against the
  *   built-in GEMM.
  * - otherwise, with OpenBLAS, cblas_sgemm when the product is not worth a parallel region
- *   (one thread, or fewer than PAR_MIN_MACS multiply-adds): 5-8% faster than k_gemm_blocked on
+ *   (gemm_team gives one thread): 5-8% faster than k_gemm_blocked on
  *   one core. OpenBLAS always runs on one thread (threads.c), so its own pool never spins against
  *   OpenMP's.
  * - otherwise k_gemm_blocked on OpenMP's threads.
@@ -366,7 +362,7 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  * bit-identical at any thread count >= 2 (and at any count in builds without OpenBLAS). */
 static int use_blas(int M, int N, int K) {
 #ifdef IM_OPENBLAS
-    return k_get_threads() == 1 || (double)M * N * K < PAR_MIN_MACS;
+    return gemm_team(M, N, K) == 1;
 #else
     (void)M, (void)N, (void)K;
     return 0;
@@ -402,14 +398,10 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 /* ---- Linear ---------------------------------------------------------------------------------- */
 
 void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC) {
-    /* start every row at the bias and let the GEMM accumulate onto it (beta = 1); serial
-     * without entering OpenMP when small (an inactive region costs 0.3 us, see gemm_small.c) */
-    if (b && (double)M * OC > 65536.0) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-    } else if (b) {
-        for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-    }
+    /* start every row at the bias and let the GEMM accumulate onto it (beta = 1) */
+    if (b)
+        KT_FOR(kt_team((double)M * OC * KT_NS_COPY, M),
+               for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float)));
     /* y (M, OC) = x (M, C) @ W^T, W stored (OC, C) */
     k_gemm(0, 1, M, OC, C, 1.0f, x, C, W, C, b ? 1.0f : 0.0f, y, OC);
 }
@@ -430,14 +422,9 @@ static void bias_chunk(float *db, const float *dy, int M, int OC, int o0, int o1
 
 static void bias_grad(float *db, const float *dy, int M, int OC) {
     int nchunk = (OC + BIAS_CHUNK - 1) / BIAS_CHUNK;
-    if ((double)M * OC <= 65536.0) { /* serial, without entering OpenMP */
-        for (int ch = 0; ch < nchunk; ch++)
-            bias_chunk(db, dy, M, OC, ch * BIAS_CHUNK, imin(OC, (ch + 1) * BIAS_CHUNK));
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < nchunk; ch++)
-        bias_chunk(db, dy, M, OC, ch * BIAS_CHUNK, imin(OC, (ch + 1) * BIAS_CHUNK));
+    KT_FOR(kt_team((double)M * OC * KT_NS_COPY, nchunk),
+           for (int ch = 0; ch < nchunk; ch++)
+               bias_chunk(db, dy, M, OC, ch * BIAS_CHUNK, imin(OC, (ch + 1) * BIAS_CHUNK)));
 }
 
 void k_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,

@@ -28,9 +28,7 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threading.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -50,13 +48,15 @@
 #endif
 typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 
-/* Split the columns over threads only above this many multiply-adds (1 MiB of weight at M = 1).
- * Measured on Zen 4 (AVX-512, 2 cores) in quiet moments of a shared machine: an empty fork/join
- * costs 0.5-0.9 us; M = 1, K = N = 768 (590k MACs) takes 32 us on one thread and 15-17 us on two
- * (both forms), K = N = 288 (83k) 3.5-4 us on one and barely less on two, so it stays serial:
- * when another process holds a core, a region waits for a whole time slice (then 768 took 0.2-2
- * ms on two threads), and a small product has nothing to win against that risk. */
-#define SMALL_PAR_MIN_MACS (256.0 * 1024.0)
+/* One-thread time of a small product, for threading.h's kt_team: every multiply-add plus every
+ * weight element streamed (the M = 1 product is bound by reading op(B)). Measured on Zen 4
+ * (AVX-512, 2 cores) in quiet moments of a shared machine: M = 1, K = N = 768 (590k MACs) takes
+ * 32 us on one thread and 15-17 us on two (both forms), K = N = 288 (83k) 3.5-4 us on one and
+ * barely less on two, so it stays serial: when another process holds a core, a region waits for
+ * a whole time slice (then 768 took 0.2-2 ms on two threads), and a small product has nothing to
+ * win against that risk. */
+#define SMALL_NS_MAC 0.012
+#define SMALL_NS_WEIGHT 0.04
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
@@ -286,8 +286,7 @@ void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, cons
     if (M == 0 || N == 0) return;
     SmallArgs g = {M, N, K, transB, alpha, beta, A, transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                    B, ldb, C, ldc};
-    int nt = k_get_threads();
-    if ((double)M * N * K < SMALL_PAR_MIN_MACS) nt = 1;
+    int nt = kt_team((double)N * K * (M * SMALL_NS_MAC + SMALL_NS_WEIGHT), N);
     /* Threads own whole column blocks: [blk * t / nt, blk * (t+1) / nt) of `blk` blocks. */
     int bw = transB ? DOT_NB : VW, blk = (N + bw - 1) / bw;
     nt = imin(nt, blk);
@@ -298,16 +297,13 @@ void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, cons
         g.A = ap, g.sai = (size_t)K, g.sak = 1;
     }
     if (nt == 1) { /* no parallel region at all: an inactive one (if false) still costs 0.3 us in
-                    * libgomp (Zen 4), and batch-1 generation at d_model 128 ran ~12% slower */
+                    * libgomp (threading.h), and batch-1 generation at d_model 128 ran ~12% slower */
         small_cols(&g, 0, N);
         return;
     }
 #pragma omp parallel num_threads(nt)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        int tid = kt_thread_id();
         int j0 = (int)((long)blk * tid / nt) * bw, j1 = imin(N, (int)((long)blk * (tid + 1) / nt) * bw);
         small_cols(&g, j0, j1);
     }

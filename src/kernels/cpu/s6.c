@@ -37,8 +37,11 @@
 #define CW_MAX 64
 /* Per-thread backward buffer (H_t and a_t of a block) above which the block narrows, in floats. */
 #define BWD_BUF_FLOATS (128 * 1024)
-/* Total work (T E N per call) below which the scan stays on one thread. */
-#define PAR_MIN_WORK 16384
+/* The team of a scan over B T E N state elements (threading.h); the backward is about three
+ * forwards (recompute, reverse sweep, partial sums). */
+static int s6_team(int B, int T, int E, int N, double passes, long items) {
+    return kt_team(passes * B * (double)T * E * N * KT_NS_SCAN_EXP, items);
+}
 
 static void check_dims(int B, int T, int E, int N) {
     CHECK(B >= 0 && T >= 0 && E > 0 && N > 0, "s6: bad dims B=%d T=%d E=%d N=%d", B, T, E, N);
@@ -107,12 +110,12 @@ void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const flo
     const int nblk = (E + CW_MAX - 1) / CW_MAX, items = B * nblk;
     const size_t wsz = fwd_ws_floats(N);
     float *wsbuf = kscratch_floats(KS_S6_WS, wsz * (size_t)kt_max_threads());
-#pragma omp parallel for schedule(static) if ((size_t)B * T * E * N >= PAR_MIN_WORK && items > 1)
+    KT_FOR(s6_team(B, T, E, N, 1.0, items),
     for (int it = 0; it < items; it++) {
         int b = it / nblk, i0 = (it % nblk) * CW_MAX;
         fwd_block(wsbuf + wsz * (size_t)kt_thread_id(), y, h_out, x, dt, A, Bm, Cm, D, b, i0,
                   imin(CW_MAX, E - i0), T, E, N);
-    }
+    });
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -289,29 +292,26 @@ void k_s6_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *d
              dCm ? part + nA + nD + nB : NULL, dy, x, dt, A, Bm, Cm, D, T, E, N, cw, nblk};
     const size_t wsz = bwd_ws_floats(T, N, cw);
     float *wsbuf = kscratch_floats(KS_S6_WS, wsz * (size_t)kt_max_threads());
-#pragma omp parallel if ((size_t)B * T * E * N >= PAR_MIN_WORK)
-    {
-#pragma omp for schedule(static)
-        for (int it = 0; it < items; it++)
-            bwd_block(&v, wsbuf + wsz * (size_t)kt_thread_id(), it / nblk, it % nblk);
-        /* fixed-order reductions (the implicit barrier above separates them from the items) */
-        if (dBm || dCm) {
-#pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) {
-                size_t TN = (size_t)T * N, o = (size_t)b * nblk * TN;
-                if (dBm) sum_parts(dBm + (size_t)b * TN, v.pB + o, TN, nblk, 0, TN);
-                if (dCm) sum_parts(dCm + (size_t)b * TN, v.pC + o, TN, nblk, 0, TN);
-            }
-        }
-        const size_t EN = (size_t)E * N, nchA = dA ? (EN + RCH - 1) / RCH : 0;
-        const size_t nchD = dD ? ((size_t)E + RCH - 1) / RCH : 0;
-        if (dA || dD) {
-#pragma omp for schedule(static)
-            for (size_t k = 0; k < nchA + nchD; k++) {
-                if (k < nchA) sum_parts(dA, v.pA, EN, B, k * RCH, imin(RCH, (int)(EN - k * RCH)));
-                else sum_parts(dD, v.pD, (size_t)E, B, (k - nchA) * RCH, imin(RCH, (int)(E - (k - nchA) * RCH)));
-            }
-        }
+    KT_FOR(s6_team(B, T, E, N, 3.0, items),
+           for (int it = 0; it < items; it++)
+               bwd_block(&v, wsbuf + wsz * (size_t)kt_thread_id(), it / nblk, it % nblk));
+    /* fixed-order reductions of the partials, after every item */
+    if (dBm || dCm) {
+        KT_FOR(kt_team((double)B * T * N * nblk * KT_NS_COPY, B),
+        for (int b = 0; b < B; b++) {
+            size_t TN = (size_t)T * N, o = (size_t)b * nblk * TN;
+            if (dBm) sum_parts(dBm + (size_t)b * TN, v.pB + o, TN, nblk, 0, TN);
+            if (dCm) sum_parts(dCm + (size_t)b * TN, v.pC + o, TN, nblk, 0, TN);
+        });
+    }
+    const size_t EN = (size_t)E * N, nchA = dA ? (EN + RCH - 1) / RCH : 0;
+    const size_t nchD = dD ? ((size_t)E + RCH - 1) / RCH : 0;
+    if (dA || dD) {
+        KT_FOR(kt_team((double)B * (EN + E) * KT_NS_COPY, (long)(nchA + nchD)),
+        for (size_t k = 0; k < nchA + nchD; k++) {
+            if (k < nchA) sum_parts(dA, v.pA, EN, B, k * RCH, imin(RCH, (int)(EN - k * RCH)));
+            else sum_parts(dD, v.pD, (size_t)E, B, (k - nchA) * RCH, imin(RCH, (int)(E - (k - nchA) * RCH)));
+        });
     }
 }
 
@@ -323,7 +323,7 @@ void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const 
                const float *A, const float *Bm, const float *Cm, const float *D, int B, int E, int N) {
     check_dims(B, 1, E, N);
     const long rows = (long)B * E;
-#pragma omp parallel for schedule(static) if ((size_t)rows * N >= PAR_MIN_ELEMS)
+    KT_FOR(s6_team(B, 1, E, N, 1.0, rows),
     for (long r = 0; r < rows; r++) {
         int b = (int)(r / E), i = (int)(r % E);
         const float *Ai = A + (size_t)i * N, *hi = h_in + (size_t)r * N;
@@ -349,5 +349,5 @@ void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const 
             for (int l = 0; l < w; l++) acc[l] += acc[l + w];
         s += acc[0];
         y[r] = D ? s + D[i] * x[r] : s;
-    }
+    });
 }

@@ -219,6 +219,14 @@ static void fwd_chunk(Ws *ws, float *y, const float *st, int s0_zero, const Dims
  * phase B reads them, whether they live in `saved` or in scratch. */
 static int group_size(int B) { return imin(B > 0 ? B : 1, 2 * kt_max_threads()); }
 
+/* The team of one phase over nb sequences (threading.h): per token and head the state update
+ * (P N) plus its share of the chunk products (Q (P + N) / 2); the backward does about three
+ * times the forward's work. */
+static int ssd_team(const Dims *d, int nb, double passes, long items) {
+    double per = (double)d->P * d->N + Q * (d->P + d->N) / 2.0;
+    return kt_team(passes * nb * (double)d->T * d->H * per * KT_NS_SSD, items);
+}
+
 void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const float *dt,
                       const float *A, const float *Bm, const float *Cm, const float *Dskip,
                       const float *h0, int B, int T, int H, int P, int N) {
@@ -232,20 +240,20 @@ void kssd_chunked_fwd(float *y, float *saved, float *hT, const float *x, const f
     for (int b0 = 0; b0 < B; b0 += gb) {
         int nb = imin(gb, B - b0);
         float *st = saved ? saved + (size_t)b0 * per_b : stbuf; /* (nb, H, nch, P, N) */
-#pragma omp parallel for schedule(static)
+        KT_FOR(ssd_team(&d, nb, 1.0, (long)nb * H),
         for (int i = 0; i < nb * H; i++) {
             Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int b = b0 + i / H, h = i % H;
             size_t bh = (size_t)b * H + h;
             fwd_states(&ws, st + (size_t)i * d.nch * PN, hT ? hT + bh * PN : NULL,
                        h0 ? h0 + bh * PN : NULL, &d, b, h);
-        }
-#pragma omp parallel for schedule(static)
+        });
+        KT_FOR(ssd_team(&d, nb, 1.0, (long)nb * d.nch),
         for (int i = 0; i < nb * d.nch; i++) {
             Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int bl = i / d.nch;
             fwd_chunk(&ws, y, st + (size_t)bl * per_b, h0 == NULL, &d, b0 + bl, i % d.nch);
-        }
+        });
     }
 }
 
@@ -432,21 +440,21 @@ void kssd_chunked_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, 
     Grads g = {dx, ddt, part, part + (size_t)B * d.nch * H};
     for (int b0 = 0; b0 < B; b0 += gb) {
         int nb = imin(gb, B - b0);
-#pragma omp parallel for schedule(static)
+        KT_FOR(ssd_team(&d, nb, 1.0, (long)nb * H),
         for (int i = 0; i < nb * H; i++) {
             Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int b = b0 + i / H, h = i % H;
             size_t bh = (size_t)b * H + h;
             bwd_chain(&ws, gse + (size_t)i * d.nch * PN, dh0 ? dh0 + bh * PN : NULL,
                       dhT ? dhT + bh * PN : NULL, dy, &d, b, h);
-        }
-#pragma omp parallel for schedule(static)
+        });
+        KT_FOR(ssd_team(&d, nb, 2.0, (long)nb * d.nch),
         for (int i = 0; i < nb * d.nch; i++) {
             Ws ws = ws_carve(wsbuf + wsz * kt_thread_id(), P, N);
             int bl = i / d.nch;
             bwd_chunk(&ws, &g, dBm, dCm, dy, saved + (size_t)(b0 + bl) * per_b,
                       gse + (size_t)bl * per_b, &d, b0 + bl, i % d.nch);
-        }
+        });
     }
     for (int h = 0; h < H; h++) { /* fixed-order reduction over (b, chunk) */
         double sa = 0, sd = 0;
@@ -487,10 +495,10 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
                 int B, int H, int P, int N) {
     CHECK(B >= 0 && H > 0 && P > 0 && N > 0, "ssd_step: bad dims B=%d H=%d P=%d N=%d", B, H, P, N);
     size_t PN = (size_t)P * N;
-    int nt = kt_max_threads();
+    int nt = kt_team((double)B * H * PN * KT_NS_STEP, (long)B * H);
     float *rows = kscratch_floats(KS_SSD_STEP, (size_t)N * nt); /* one new state row per thread */
     /* one state update per (b, head): parallel only when the states are large (B = 1: rarely) */
-#pragma omp parallel for schedule(static) if ((double)B * H * PN >= PAR_MIN_ELEMS)
+    KT_FOR(nt,
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         float *row = rows + (size_t)N * kt_thread_id();
@@ -503,5 +511,5 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
             y[(size_t)i * P + p] = kseq_dot(row, ct, N) + Dskip[h] * xi[p];
             if (S_out) memcpy(S_out + (size_t)i * PN + (size_t)p * N, row, sizeof(float) * N);
         }
-    }
+    });
 }

@@ -153,7 +153,7 @@ void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const floa
     CHECK(kssd_use_scan(P, N), "ssd scan: P=%d N=%d not supported (use the chunked form)", P, N);
     size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q, wsz = (PN + Q + 15) / 16 * 16;
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * kt_max_threads());
-#pragma omp parallel for schedule(static)
+    KT_FOR(kt_team((double)B * T * H * PN * KT_NS_SCAN, (long)B * H),
     for (int i = 0; i < B * H; i++) {
         int b = i / H, h = i % H;
         size_t xo = (size_t)b * T * H * P + (size_t)h * P;
@@ -161,7 +161,7 @@ void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const floa
                   A[h], Dskip[h], T, H, P, N};
         fwd_bh(y + xo, saved ? saved + (size_t)i * nch * PN : NULL, hT ? hT + (size_t)i * PN : NULL,
                h0 ? h0 + (size_t)i * PN : NULL, wsbuf + wsz * kt_thread_id(), &v);
-    }
+    });
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -314,7 +314,7 @@ void kssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, flo
     size_t wsz = ((3 + (size_t)Q) * PN + Q + 15) / 16 * 16;
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * kt_max_threads());
     double *part = kscratch(KS_SSD_PART, sizeof(double) * (2 * (size_t)B * H + 1)); /* pA, pD */
-#pragma omp parallel for schedule(static)
+    KT_FOR(kt_team(3.0 * B * T * H * PN * KT_NS_SCAN, B),
     for (int b = 0; b < B; b++) {
         float *ws = wsbuf + wsz * kt_thread_id();
         for (int h = 0; h < H; h++) { /* heads in order: dBm, dCm sum over them */
@@ -328,7 +328,7 @@ void kssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, flo
             part[2 * bh] = o.pA;
             part[2 * bh + 1] = o.pD;
         }
-    }
+    });
     for (int h = 0; h < H; h++) { /* fixed-order reduction over b */
         double sa = 0, sd = 0;
         for (int b = 0; b < B; b++) {

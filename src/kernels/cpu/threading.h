@@ -1,7 +1,30 @@
-/* threading.h: the OpenMP queries the CPU kernels share (internal to src/kernels/cpu/), with
- * serial fallbacks so every kernel builds with OMP=0. */
+/* threading.h: how the CPU kernels use OpenMP (internal to src/kernels/cpu/), with serial
+ * fallbacks so every kernel builds with OMP=0.
+ *
+ * When to fork: a kernel estimates the time its call would take on one thread (its work times a
+ * per-kernel cost, KT_NS_* below) and asks kt_team() for the team: every thread when that estimate
+ * reaches k_fork_ns() (KT_MIN_NS unless a test or bench set another), else 1. With 1 the kernel runs its loop without
+ * entering OpenMP at all (KT_FOR): even an inactive region (`#pragma omp parallel if (0)`) costs
+ * about 0.3 us in libgomp, and the small kernels of batch-1 generation are called thousands of
+ * times per token.
+ *
+ * How the numbers were measured: bench_threads (bench/bench_threads.c, part of `make bench`)
+ * times an empty fork/join of the full team and every kernel at one thread and at the full team,
+ * on sizes around its threshold; it prints the measured ns per unit of work next to the KT_NS_*
+ * constant and the two-thread speedup at the threshold. On the Zen 4 host of docs/benchmarks.md
+ * (2 vCPUs, AVX-512) an empty fork/join of two threads costs 0.5-0.9 us when the machine is quiet,
+ * and a whole time slice when another process holds the second core. KT_MIN_NS = 20 us makes a
+ * call at the threshold at least ~1.8x faster on two threads than on one when quiet (20 us of work
+ * becomes 10 + ~1 us), so a region only forks where two threads clearly win.
+ *
+ * Bit-identity does not depend on this choice: every kernel splits only independent items (rows,
+ * heads, column blocks), each computed by one thread in a fixed order, so the team size (and
+ * whether there is a team) changes which thread computes an item, never how.
+ */
 #ifndef IMPLICIT_KERNELS_THREADING_H
 #define IMPLICIT_KERNELS_THREADING_H
+
+#include "../kernels.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -22,5 +45,58 @@ static inline int kt_thread_id(void) {
     return 0;
 #endif
 }
+
+/* One-thread nanoseconds of work from which a kernel call forks by default (see above; kernels.h
+ * k_set_fork_ns changes it). */
+#define KT_MIN_NS 20000.0
+
+
+/* The team for a call whose one-thread time is estimated at `ns`, split into `items`
+ * independent pieces: 1 (run without entering OpenMP) below the threshold, else every thread of
+ * the pool but no more than there are items. The one place that decides. */
+static inline int kt_team(double ns, long items) {
+    int nt = kt_max_threads();
+    if (nt <= 1 || items <= 1 || ns < k_fork_ns()) return 1;
+    return items < nt ? (int)items : nt;
+}
+
+/* Per-kernel costs: estimated one-thread nanoseconds per unit of work, the unit named at each
+ * (measured by bench_threads on the Zen 4 host at one thread, rounded down, i.e. towards forking
+ * later on faster hosts only by the rounding). */
+#define KT_NS_ELEM 0.25     /* elementwise map with one transcendental (silu, swiglu, gates): per element */
+#define KT_NS_COPY 0.1      /* add / scale / copy / partial sums: per element */
+#define KT_NS_ROW_ELEM 0.25 /* row-wise norm / softmax / xent (2-3 passes over a row): per element */
+#define KT_NS_ADAMW 0.7     /* AdamW: per parameter */
+#define KT_NS_CONV_TAP 0.06 /* depthwise conv1d: per (token, channel, tap) */
+#define KT_NS_LSTM 1.8      /* LSTM cell: per hidden unit (4 gates, 5 transcendentals) */
+#define KT_NS_SCAN 0.06     /* recurrent scan (SSD scan path, delta rule): per state element and token */
+#define KT_NS_STEP 0.5      /* one-token SSD / delta step: per state element (short rows, copies) */
+#define KT_NS_SSD 0.015     /* chunked SSD: per token, head and (P N + Q (P + N) / 2) (cpu/ssd.c) */
+#define KT_NS_SCAN_EXP 0.3  /* S6 scan, one exp per state element: per state element and token */
+#define KT_NS_ATTN 0.03     /* attention: per multiply-add of q.k and of p.v */
+#define KT_NS_MAC 0.01      /* blocked GEMM: per multiply-add (~100 GFLOP/s) */
+
+/* KT_FOR(nt, for (...) body): the loop over a team of nt threads (schedule(static)), or with no
+ * parallel region at all when nt == 1. The loop's variables are private as in any omp for. A
+ * one-statement body needs no semicolon of its own: KT_FOR(nt, for (...) y[i] = x[i]); */
+#ifdef _OPENMP
+#define KT_PRAGMA_(x) _Pragma(#x)
+#define KT_FOR(nt, ...)                                                                             \
+    do {                                                                                            \
+        const int kt_nt_ = (nt);                                                                    \
+        if (kt_nt_ > 1) {                                                                           \
+            KT_PRAGMA_(omp parallel for schedule(static) num_threads(kt_nt_))                       \
+            __VA_ARGS__;                                                                            \
+        } else {                                                                                    \
+            __VA_ARGS__;                                                                            \
+        }                                                                                           \
+    } while (0)
+#else
+#define KT_FOR(nt, ...)                                                                             \
+    do {                                                                                            \
+        (void)(nt);                                                                                 \
+        __VA_ARGS__;                                                                                \
+    } while (0)
+#endif
 
 #endif

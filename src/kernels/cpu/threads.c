@@ -1,9 +1,7 @@
 /* threads.c: the one place that sets OpenMP and OpenBLAS thread counts (CLI --threads). */
 #include "../kernels.h"
+#include "threading.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #ifdef IM_OPENBLAS
 #include <cblas.h>
 #endif
@@ -27,6 +25,13 @@ int k_get_threads(void) {
     return 1;
 #endif
 }
+
+/* Read on every kernel call (threading.h kt_team); written only by tests and benches, outside
+ * any kernel call. */
+static double fork_ns = KT_MIN_NS;
+
+void k_set_fork_ns(double ns) { fork_ns = ns >= 0 ? ns : KT_MIN_NS; }
+double k_fork_ns(void) { return fork_ns; }
 
 const char *k_blas_name(void) {
 #ifdef IM_OPENBLAS
