@@ -333,21 +333,21 @@ void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const f
     } while (0)
 
 void k_softplus(float *y, const float *x, const float *bias, int M, int C) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
-    for (int i = 0; i < M; i++) GATE_ROW(vsoftplus(v));
+    KT_FOR(kt_team((double)M * C * KT_NS_ELEM, M),
+    for (int i = 0; i < M; i++) GATE_ROW(vsoftplus(v)));
 }
 
 void k_sigmoid(float *y, const float *x, const float *bias, int M, int C) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
-    for (int i = 0; i < M; i++) GATE_ROW(vsigmoid(v));
+    KT_FOR(kt_team((double)M * C * KT_NS_ELEM, M),
+    for (int i = 0; i < M; i++) GATE_ROW(vsigmoid(v)));
 }
 
 void k_mul_sigmoid(float *y, const float *x, const float *bias, int M, int C) {
-#pragma omp parallel for schedule(static) if (PAR_ROWS(M, C))
-    for (int i = 0; i < M; i++) GATE_ROW(yi[c] * vsigmoid(v));
+    KT_FOR(kt_team((double)M * C * KT_NS_ELEM, M),
+    for (int i = 0; i < M; i++) GATE_ROW(yi[c] * vsigmoid(v)));
 }
 
 void k_mul_silu(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) y[i] *= vsilu(x[i]);
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] *= vsilu(x[i]));
 }
