@@ -45,7 +45,7 @@ static void prob_init(Prob *p, int NH, float theta, int Tmax, uint64_t seed) {
     size_t dd = (size_t)D_ * D_, n = (size_t)B_ * T_ * D_;
     p->wbuf = th_alloc(4 * dd);
     th_fill_normal(p->wbuf, 4 * dd, &r, 0.35f);
-    p->w = (AttnW){p->wbuf, p->wbuf + dd, p->wbuf + 2 * dd, p->wbuf + 3 * dd};
+    p->w = (AttnW){p->wbuf, p->wbuf + dd, p->wbuf + 2 * dd, p->wbuf + 3 * dd, NULL};
     p->x = th_alloc(n);
     p->u = th_alloc(3 * n);
     p->dy = th_alloc(n);
@@ -222,7 +222,7 @@ static void test_grad(Prob *p, const char *tag) {
     int B = p->B, T = p->T;
     size_t n = (size_t)B * T * D_, dd = (size_t)D_ * D_;
     float *y = th_alloc(n), *dx = th_alloc(n), *du = th_alloc(3 * n), *dwb = th_alloc(4 * dd);
-    AttnW dW = {dwb, dwb + dd, dwb + 2 * dd, dwb + 3 * dd};
+    AttnW dW = {dwb, dwb + dd, dwb + 2 * dd, dwb + 3 * dd, NULL};
     // Gradients accumulate: start from 1 and subtract it afterwards (the += convention).
     for (size_t i = 0; i < n; i++) dx[i] = 1.0f;
     for (size_t i = 0; i < 3 * n; i++) du[i] = 1.0f;
@@ -276,7 +276,7 @@ static void test_grad(Prob *p, const char *tag) {
 
     // NULL gradients: only dW->wk and du wanted; they must match the full call.
     float *du2 = th_alloc(3 * n), *dwk2 = th_alloc(dd);
-    AttnW dW2 = {NULL, dwk2, NULL, NULL};
+    AttnW dW2 = {NULL, dwk2, NULL, NULL, NULL};
     attn_bwd(&p->cfg, &p->w, &dW2, NULL, du2, p->dy, p->x, p->u, p->cache, p->scratch, B, T);
     TH_CLOSE(du2, du, 3 * n, 1e-6, "du with NULL dx/dW fields");
     TH_CLOSE(dwk2, dW.wk, dd, 1e-6, "dwk with other dW fields NULL");

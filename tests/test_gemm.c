@@ -11,7 +11,7 @@
  *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS); every row of a
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
  *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
- *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits.
+ *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS).
  * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
  */
 #include <float.h>
@@ -100,6 +100,21 @@ static void packed_fn(int ta, int tb, int M, int N, int K, float alpha, const fl
     free(pk);
 }
 
+/* k_gemm_pb on a pack made here (the router a layer calls with its packed weights). */
+static void pb_fn(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                  int ldb, float beta, float *C, int ldc) {
+    float *pk = th_alloc(k_gemm_pack_floats(N, K));
+    k_gemm_pack_b(pk, tb, N, K, B, ldb);
+    k_gemm_pb(ta, tb, M, N, K, alpha, A, lda, B, ldb, pk, beta, C, ldc);
+    free(pk);
+}
+
+/* the reference of k_gemm_pb (which ignores the pack) in the GemmFn shape */
+static void pb_ref_fn(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc) {
+    k_gemm_pb_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc);
+}
+
 static const float AB[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.7f, 0.5f}};
 
 static void test_parity(void) {
@@ -118,11 +133,14 @@ static void test_parity(void) {
                     const int *d = small[s];
                     check_case("gemm_small", k_gemm_small, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                     check_case("gemm", k_gemm, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm_pb", pb_fn, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                 }
                 for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
                     const int *d = big[s];
                     check_case("gemm_blocked", k_gemm_blocked, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                     check_case("gemm_packed", packed_fn, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm_pb", pb_fn, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
+                    check_case("gemm_pb_ref", pb_ref_fn, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                     check_case("gemm", k_gemm, ta, tb, d[0], d[1], d[2], AB[a][0], AB[a][1]);
                 }
             }
@@ -196,6 +214,26 @@ static void test_packed_same(void) {
                     free(C), free(R);
                     prod_free(&p);
                 }
+    /* k_gemm_pb: the same bits as k_gemm without BLAS (there both run the blocked GEMM on the same
+     * panels, or k_gemm_small on few rows); with BLAS, the same bits at any thread count (tall
+     * products go to k_gemm, the rest to the packed panels whatever the count) */
+    static const int pb_shapes[][3] = {{3, 50, 70}, {40, 130, 300}, {600, 40, 64}};
+    for (size_t s = 0; s < sizeof pb_shapes / sizeof pb_shapes[0]; s++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int *d = pb_shapes[s];
+            Prod p = prod_new(0, tb, d[0], d[1], d[2], 0);
+            k_set_threads(3);
+            float *C3 = prod_run(&p, pb_fn, 1.0f, 0.5f);
+            k_set_threads(2);
+            float *C2 = prod_run(&p, pb_fn, 1.0f, 0.5f), *R = prod_run(&p, k_gemm, 1.0f, 0.5f);
+            int same3 = memcmp(C3, C2, sizeof(float) * (size_t)d[0] * p.ldc) == 0;
+            int same = memcmp(C2, R, sizeof(float) * (size_t)d[0] * p.ldc) == 0;
+            TH_CHECK(same3, "gemm_pb tB=%d M=%d N=%d K=%d: 2 and 3 threads differ", tb, d[0], d[1], d[2]);
+            TH_CHECK(same || !strcmp(k_blas_name(), "openblas"), "gemm_pb tB=%d M=%d N=%d K=%d: differs from gemm",
+                     tb, d[0], d[1], d[2]);
+            free(C3), free(C2), free(R);
+            prod_free(&p);
+        }
 }
 
 /* Each row of a small-M product is its own sums: equal to the row computed alone, whatever block

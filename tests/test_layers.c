@@ -429,6 +429,75 @@ static void test_block(Rng *r, MixerKind mixer, MlpKind mlp, int masked) {
     free(c.zo); free(c.wout); free(c.cache); free(c.scratch); free(m1); free(mh); free(mo);
 }
 
+/* Weights packed once (block_pack): forward, backward and step read the same weights as without
+ * the pack, with enough rows (B T = 48, step batch 20) that the packed panels are used. Builds
+ * without BLAS run the same blocked GEMM either way: the same bits. With BLAS the unpacked side
+ * may be OpenBLAS: within a dot product's rounding. */
+static void test_block_packed(Rng *r, MixerKind mixer, MlpKind mlp) {
+    enum { PB = 4, PT = 12, SB = 20 };
+    char name[64];
+    snprintf(name, sizeof name, "block_pack(%s,%s)", mixer == MIXER_MAMBA2 ? "mamba2" : "attn",
+             mlp == MLP_NONE ? "none" : mlp == MLP_SWIGLU ? "swiglu" : "gated");
+    BlkCtx c = {.cfg = blk_cfg(mixer, mlp)};
+    if (mixer == MIXER_ATTN) c.cfg.attn.Tmax = PT;
+    GradCase gc = {.name = name};
+    blk_params(&gc, &c, r);
+    const BlockCfg *k = &c.cfg;
+    int U = block_u_dim(k);
+    size_t n = (size_t)PB * PT * BD, nu = (size_t)PB * PT * U;
+    float *z = th_alloc(n), *u = th_alloc(nu), *g = th_alloc(n);
+    th_fill_normal(z, n, r, 1.f), th_fill_normal(u, nu, r, 0.5f), th_fill_normal(g, n, r, 1.f);
+    float *cache = th_alloc(block_cache_floats(k, PB, PT)), *sc = th_alloc(block_scratch_floats(k, PB, PT));
+    float *packed = th_alloc(block_pack_floats(k));
+    int exact = strcmp(k_blas_name(), "openblas") != 0;
+    /* two runs: [0] plain weights, [1] packed; outputs and every gradient kept for comparison */
+    float *y[2], *dz[2], *du[2], *dws[2];
+    for (int run = 0; run < 2; run++) {
+        block_pack(k, &c.w, run ? packed : NULL);
+        for (int i = 0; i < gc.nt; i++) memset(gc.t[i].g, 0, gc.t[i].n * sizeof(float));
+        y[run] = th_alloc(n), dz[run] = th_alloc(n), du[run] = th_alloc(nu);
+        block_fwd(k, &c.w, y[run], z, u, NULL, cache, sc, NULL, PB, PT);
+        block_bwd(k, &c.w, &c.dw, dz[run], du[run], g, z, u, NULL, cache, sc, PB, PT);
+        size_t nw = 0;
+        for (int i = 0; i < gc.nt; i++) nw += gc.t[i].n;
+        dws[run] = th_alloc(nw);
+        nw = 0;
+        for (int i = 0; i < gc.nt; i++) {
+            memcpy(dws[run] + nw, gc.t[i].g, gc.t[i].n * sizeof(float));
+            nw += gc.t[i].n;
+        }
+    }
+    size_t nw = 0;
+    for (int i = 0; i < gc.nt; i++) nw += gc.t[i].n;
+    const char *what[4] = {"fwd", "dz", "du", "dW"};
+    float *a[4] = {y[0], dz[0], du[0], dws[0]}, *b[4] = {y[1], dz[1], du[1], dws[1]};
+    size_t len[4] = {n, n, nu, nw};
+    for (int q = 0; q < 4; q++) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s: %s packed vs plain", name, what[q]);
+        if (exact) TH_CHECK(memcmp(a[q], b[q], len[q] * sizeof(float)) == 0, "%s: not the same bits", nm);
+        else TH_CLOSE(b[q], a[q], len[q], 1e-5, nm);
+    }
+    /* one step of SB sequences from the zero state */
+    size_t ns = block_state_floats(k, SB);
+    float *st = th_alloc(ns), *ssc = th_alloc(block_step_scratch_floats(k, SB));
+    float *zt = th_alloc((size_t)SB * BD), *ut = th_alloc((size_t)SB * U), *yt[2];
+    th_fill_normal(zt, (size_t)SB * BD, r, 1.f), th_fill_normal(ut, (size_t)SB * U, r, 0.5f);
+    for (int run = 0; run < 2; run++) {
+        block_pack(k, &c.w, run ? packed : NULL);
+        memset(st, 0, ns * sizeof(float));
+        yt[run] = th_alloc((size_t)SB * BD);
+        block_step(k, &c.w, yt[run], zt, ut, st, 0, 1, ssc, SB);
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s: step packed vs plain", name);
+    if (exact) TH_CHECK(memcmp(yt[0], yt[1], (size_t)SB * BD * sizeof(float)) == 0, "%s: not the same bits", nm);
+    else TH_CLOSE(yt[1], yt[0], (size_t)SB * BD, 1e-5, nm);
+    for (int run = 0; run < 2; run++) { free(y[run]); free(dz[run]); free(du[run]); free(dws[run]); free(yt[run]); }
+    free(z); free(u); free(g); free(cache); free(sc); free(packed); free(st); free(ssc); free(zt); free(ut);
+    free_case(&gc);
+}
+
 /* ---- tied head + cross-entropy -------------------------------------------------------------- */
 
 enum { HM = 6, HV = 7, HDIM = 4 };
@@ -544,6 +613,8 @@ int main(void) {
         for (int mlp = 0; mlp < 3; mlp++) test_block(&r, (MixerKind)mixer, (MlpKind)mlp, 0);
     test_block(&r, MIXER_MAMBA2, MLP_GATED, 1);
     test_block(&r, MIXER_ATTN, MLP_GATED, 1);
+    for (int mixer = 0; mixer < 2; mixer++)
+        for (int mlp = 0; mlp < 3; mlp++) test_block_packed(&r, (MixerKind)mixer, (MlpKind)mlp);
     test_head(&r);
     printf("test_layers: worst FD rel err %.3g, worst directional rel err %.3g\n", worst_fd,
            worst_dir);

@@ -29,7 +29,7 @@
  * needs both entry points, every declared reference needs its row here, and every row needs a test
  * that compares the kernel with its reference. */
 #define KERNEL_LIST(X) \
-    X(gemm) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
+    X(gemm) X(gemm_pb) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) \
@@ -63,6 +63,25 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
             const float *B, int ldb, float beta, float *C, int ldc);
 void k_gemm_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc);
+
+/* ---- weights packed once -------------------------------------------------------------------
+ * A weight read by many products between two changes (every iteration of a fixed-point solve,
+ * its relaxed steps and its backward; every token of a generation) can have op(B) copied once
+ * into the GEMM's panel layout; k_gemm_pb then skips the copy k_gemm makes of op(B) on every
+ * call, which costs as much as the product itself when op(A) has few rows (M of 32-64: 2-3x).
+ *   k_gemm_pack_floats(N, K): floats of the packed form of op(B) (K, N)
+ *   k_gemm_pack_b: packed = op(B), B stored (K, N) or, if transB, (N, K), row stride ldb. The
+ *     form depends on the build's tile sizes (make it in the process that uses it); it is a copy:
+ *     pack again after every change of B.
+ *   k_gemm_pb: k_gemm with op(B) also given packed (packed = NULL: exactly k_gemm). B is still
+ *     read where few rows stream it in place (k_gemm_small). The same result as k_gemm to rounding;
+ *     bit for bit in builds without BLAS. */
+size_t k_gemm_pack_floats(int N, int K);
+void k_gemm_pack_b(float *packed, int transB, int N, int K, const float *B, int ldb);
+void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, const float *packed, float beta, float *C, int ldc);
+void k_gemm_pb_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, const float *packed, float beta, float *C, int ldc);
 
 /* y = x @ W^T (+ b)          x:(M,C)  W:(OC,C)  b:(OC)|NULL  y:(M,OC)     writes y */
 void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC);

@@ -11,6 +11,7 @@
 #include "attention.h"
 #include "../core/check.h"
 #include "../kernels/kernels.h"
+#include "linear.h"
 
 void attn_cfg_init(AttnCfg *cfg, int D, int n_head, float theta, int Tmax) {
     CHECK(cfg != NULL, "attn_cfg_init: cfg is NULL");
@@ -63,13 +64,28 @@ static void add_rows(float *dst, const float *src, int M, int D, size_t stride, 
     }
 }
 
+/* The pack (attn_pack): wq | wk | wv | wo, each linear_pack's two forms. */
+enum { PK_Q, PK_K, PK_V, PK_O };
+
+static const float *pack_of(const AttnCfg *cfg, const AttnW *w, int which) {
+    return w->packed ? w->packed + (size_t)which * linear_pack_floats(cfg->D, cfg->D) : NULL;
+}
+
+size_t attn_pack_floats(const AttnCfg *cfg) { return 4 * linear_pack_floats(cfg->D, cfg->D); }
+
+void attn_pack(const AttnCfg *cfg, AttnW *w, float *packed) {
+    const float *W[4] = {w->wq, w->wk, w->wv, w->wo};
+    w->packed = packed;
+    for (int i = 0; i < 4; i++) linear_pack((float *)pack_of(cfg, w, i), W[i], cfg->D, cfg->D);
+}
+
 /* q, k, v:(M,D) = x Wq^T (+ u_q) etc., no RoPE yet. Shared by the sequence forward and the step. */
 static void project_qkv(const AttnCfg *cfg, const AttnW *w, float *q, float *k, float *v,
                         const float *x, const float *u, int M) {
     int D = cfg->D;
-    k_linear_fwd(q, x, w->wq, NULL, M, D, D);
-    k_linear_fwd(k, x, w->wk, NULL, M, D, D);
-    k_linear_fwd(v, x, w->wv, NULL, M, D, D);
+    linear_fwd_pk(q, x, w->wq, pack_of(cfg, w, PK_Q), NULL, M, D, D);
+    linear_fwd_pk(k, x, w->wk, pack_of(cfg, w, PK_K), NULL, M, D, D);
+    linear_fwd_pk(v, x, w->wv, pack_of(cfg, w, PK_V), NULL, M, D, D);
     if (u) {
         // (uq, uk, uv) = split(u, 3 equal parts of D); q += uq; k += uk; v += uv
         size_t s = 3 * (size_t)D;
@@ -117,7 +133,7 @@ void attn_fwd(const AttnCfg *cfg, const AttnW *w, float *y, const float *x, cons
     }
     k_attn_fwd(o, lse, q, k, v, B, T, NH, HD);
     // out = o merged · Wo^T   (y may alias x: x is no longer read)
-    k_linear_fwd(y, o, w->wo, NULL, M, D, D);
+    linear_fwd_pk(y, o, w->wo, pack_of(cfg, w, PK_O), NULL, M, D, D);
 }
 
 void attn_bwd(const AttnCfg *cfg, const AttnW *w, AttnW *dW, float *dx, float *du,
@@ -137,7 +153,7 @@ void attn_bwd(const AttnCfg *cfg, const AttnW *w, AttnW *dW, float *dx, float *d
     memset(scratch, 0, 4 * n * sizeof(float));
 
     // y = o Wo^T:  do += dy Wo;  dWo += dy^T o
-    k_linear_bwd(s0, dW ? dW->wo : NULL, NULL, dy, o, w->wo, M, D, D);
+    linear_bwd_pk(s0, dW ? dW->wo : NULL, NULL, dy, o, w->wo, pack_of(cfg, w, PK_O), M, D, D);
     k_attn_bwd(s1, s2, s3, s0, q, k, v, o, lse, B, T, NH, HD);
     // undo RoPE: d(pre-rotation) = R^T d(post-rotation)
     memset(s0, 0, n * sizeof(float));
@@ -163,9 +179,9 @@ void attn_bwd(const AttnCfg *cfg, const AttnW *w, AttnW *dW, float *dx, float *d
     // calls rather than one fused (3D,D) GEMM; a call is skipped when nothing it feeds is wanted.
     // q = x Wq^T etc.: dx += dq Wq + dk Wk + dv Wv;  dWq += dq^T x etc.
     float *dwq = dW ? dW->wq : NULL, *dwk = dW ? dW->wk : NULL, *dwv = dW ? dW->wv : NULL;
-    if (dx || dwq) k_linear_bwd(dx, dwq, NULL, dq, x, w->wq, M, D, D);
-    if (dx || dwk) k_linear_bwd(dx, dwk, NULL, dk, x, w->wk, M, D, D);
-    if (dx || dwv) k_linear_bwd(dx, dwv, NULL, dv, x, w->wv, M, D, D);
+    if (dx || dwq) linear_bwd_pk(dx, dwq, NULL, dq, x, w->wq, pack_of(cfg, w, PK_Q), M, D, D);
+    if (dx || dwk) linear_bwd_pk(dx, dwk, NULL, dk, x, w->wk, pack_of(cfg, w, PK_K), M, D, D);
+    if (dx || dwv) linear_bwd_pk(dx, dwv, NULL, dv, x, w->wv, pack_of(cfg, w, PK_V), M, D, D);
 }
 
 void attn_step(const AttnCfg *cfg, const AttnW *w, float *y, const float *x, const float *u,
@@ -191,5 +207,5 @@ void attn_step(const AttnCfg *cfg, const AttnW *w, float *y, const float *x, con
         write_kv(kc, k, B, 1, NH, HD, cfg->Tmax, pos);
         write_kv(vc, v, B, 1, NH, HD, cfg->Tmax, pos);
     }
-    k_linear_fwd(y, o, w->wo, NULL, B, D, D);
+    linear_fwd_pk(y, o, w->wo, pack_of(cfg, w, PK_O), NULL, B, D, D);
 }

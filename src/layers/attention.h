@@ -45,7 +45,13 @@ typedef struct {
     float *wk; /* (D, D)  mixer.wk.weight */
     float *wv; /* (D, D)  mixer.wv.weight */
     float *wo; /* (D, D)  mixer.out_proj.weight */
+    const float *packed; /* (attn_pack_floats) | NULL: wq, wk, wv, wo packed by attn_pack */
 } AttnW;
+
+/* Weights packed once (linear.h): wq, wk, wv, wo, each in both forms. attn_pack fills `packed`
+ * from w and points w->packed at it; pack again after w changes. */
+size_t attn_pack_floats(const AttnCfg *cfg);
+void attn_pack(const AttnCfg *cfg, AttnW *w, float *packed);
 
 /* Buffer sizes in floats. */
 size_t attn_cache_floats(const AttnCfg *cfg, int B, int T);   /* 4*B*T*D + B*NH*T */

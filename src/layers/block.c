@@ -103,6 +103,27 @@ size_t block_step_scratch_floats(const BlockCfg *c, int B) {
     return 3 * (size_t)B * c->D + (r > m ? r : m);
 }
 
+size_t block_pack_floats(const BlockCfg *c) {
+    size_t mix = c->mixer == MIXER_MAMBA2 ? mamba2_pack_floats(&c->mamba2) : attn_pack_floats(&c->attn);
+    return mix + (has_mlp(c) ? mlp_pack_floats(&c->mlp) : 0);
+}
+
+void block_pack(const BlockCfg *c, BlockW *w, float *packed) {
+    if (!packed) {
+        w->mamba2.packed = w->attn.packed = w->mlp.packed = NULL;
+        return;
+    }
+    size_t mix;
+    if (c->mixer == MIXER_MAMBA2) {
+        mamba2_pack(&c->mamba2, &w->mamba2, packed);
+        mix = mamba2_pack_floats(&c->mamba2);
+    } else {
+        attn_pack(&c->attn, &w->attn, packed);
+        mix = attn_pack_floats(&c->attn);
+    }
+    if (has_mlp(c)) mlp_pack(&c->mlp, &w->mlp, packed + mix);
+}
+
 /* The cache, cut into its named parts (pointers are NULL for a NULL cache). */
 typedef struct {
     float *rstd1, *xn1, *mix, *z1, *rstd2, *xn2, *mlp;

@@ -67,6 +67,13 @@ size_t block_scratch_floats(const BlockCfg *c, int B, int T);
 size_t block_state_floats(const BlockCfg *c, int B);
 size_t block_step_scratch_floats(const BlockCfg *c, int B);
 
+/* Weights packed once (linear.h): the mixer's and the MLP's projections, for a caller that runs
+ * the block many times on unchanged weights (the iterations of a fixed-point solve, its relaxed
+ * steps and its backward; a generation). block_pack fills `packed` (block_pack_floats) from w and
+ * points w's packed members at it; packed = NULL detaches them. Pack again after w changes. */
+size_t block_pack_floats(const BlockCfg *c);
+void block_pack(const BlockCfg *c, BlockW *w, float *packed);
+
 /* z_out = Block(z, u)   z,z_out:(B,T,D) (z_out may alias z only when cache is NULL: the backward
  * needs z).  u:(B,T,block_u_dim)|NULL.  masks|NULL.  cache:(block_cache_floats)|NULL.
  * scratch:(block_scratch_floats).  state_out:(block_state_floats)|NULL: prefill of the mixer

@@ -3,6 +3,7 @@
 #include "linear.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
@@ -21,6 +22,38 @@ void linear_bwd(const LinearW *w, LinearW *dw, float *dx, const float *dy, const
     float *db = (dw && w->b) ? dw->b : NULL;
     if (!dx && !dW && !db) return;
     k_linear_bwd(dx, dW, db, dy, x, w->W, M, C, OC);
+}
+
+size_t linear_pack_floats(int C, int OC) { return k_gemm_pack_floats(OC, C) + k_gemm_pack_floats(C, OC); }
+
+void linear_pack(float *packed, const float *W, int C, int OC) {
+    k_gemm_pack_b(packed, 1, OC, C, W, C);                             /* op(B) = W^T (C, OC) */
+    k_gemm_pack_b(packed + k_gemm_pack_floats(OC, C), 0, C, OC, W, C); /* op(B) = W (OC, C) */
+}
+
+const float *linear_pack_dx(const float *packed, int C, int OC) {
+    return packed ? packed + k_gemm_pack_floats(OC, C) : NULL;
+}
+
+void linear_fwd_pk(float *y, const float *x, const float *W, const float *packed, const float *b, int M, int C,
+                   int OC) {
+    if (!packed) {
+        k_linear_fwd(y, x, W, b, M, C, OC);
+        return;
+    }
+    if (b) /* start every row at the bias and let the product accumulate onto it (as k_linear_fwd) */
+        for (int i = 0; i < M; i++) memcpy(y + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+    k_gemm_pb(0, 1, M, OC, C, 1.0f, x, C, W, C, packed, b ? 1.0f : 0.0f, y, OC);
+}
+
+void linear_bwd_pk(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+                   const float *packed, int M, int C, int OC) {
+    if (!packed) {
+        k_linear_bwd(dx, dW, db, dy, x, W, M, C, OC);
+        return;
+    }
+    if (dx) k_gemm_pb(0, 0, M, C, OC, 1.0f, dy, OC, W, C, linear_pack_dx(packed, C, OC), 1.0f, dx, C);
+    if (dW || db) k_linear_bwd(NULL, dW, db, dy, x, W, M, C, OC);
 }
 
 /* The g actually fed to the kernels: NULL selects the s_i = target path. */

@@ -40,6 +40,22 @@ void linear_fwd(const LinearW *w, float *y, const float *x, int M, int C, int OC
 void linear_bwd(const LinearW *w, LinearW *dw, float *dx, const float *dy, const float *x,
                 int M, int C, int OC);
 
+/* ---- weights packed once (kernels.h k_gemm_pb) ------------------------------------------------
+ * The two products a Linear's weight W:(OC, C) takes part in as the B operand, y = x W^T and
+ * dx = dy W, can each run on a copy of W packed once (linear_pack) while W does not change: the
+ * layers with a `packed` member in their weight struct (Mamba2W, MlpW, AttnW) take one, filled
+ * by their *_pack function; NULL = none. Packed form: [x W^T panels | dy W panels]. */
+size_t linear_pack_floats(int C, int OC);
+void linear_pack(float *packed, const float *W, int C, int OC);
+/* The dy W form inside a pack (NULL for a NULL pack). */
+const float *linear_pack_dx(const float *packed, int C, int OC);
+/* y = x W^T + b (b|NULL), on the pack when there is one (packed|NULL) */
+void linear_fwd_pk(float *y, const float *x, const float *W, const float *packed, const float *b, int M, int C,
+                   int OC);
+/* dx += dy W (on the pack);  dW += dy^T x;  db += sum_M dy      dx, dW, db may be NULL */
+void linear_bwd_pk(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+                   const float *packed, int M, int C, int OC);
+
 /* W = s * v / ||v|| row by row (k_weightnorm_fwd). Requires w->v, and w->g unless o->no_scale. */
 void linear_wn_refresh(const LinearW *w, const WnOpts *o, int OC, int C);
 /* dw->g += d/dg, dw->v += d/dv of <dw->W, W(g, v)>  (k_weightnorm_bwd). dw->W must hold the

@@ -20,6 +20,7 @@
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
+#include "linear.h"
 
 void mamba2_cfg_init(Mamba2Cfg *c, int D, int expand, int N, int P, int W, float eps) {
     CHECK(c != NULL, "mamba2_cfg_init: NULL cfg");
@@ -77,6 +78,38 @@ static Parts parts_of(const Mamba2Cfg *c) {
 /* Block i of a blocked (M, K) array. */
 static float *blk(float *zx, const Parts *p, size_t M, int i) { return zx + M * (size_t)p->off[i]; }
 
+/* ---- weights packed once: in_proj block 0..4 then out_proj, each linear_pack's two forms ---- */
+
+static const float *pack_of_block(const Mamba2Cfg *c, const Mamba2W *w, const Parts *p, int i) {
+    if (!w->packed) return NULL;
+    size_t off = 0;
+    for (int j = 0; j < i; j++) off += linear_pack_floats(c->D, p->n[j]);
+    return w->packed + off;
+}
+
+static const float *pack_of_out(const Mamba2Cfg *c, const Mamba2W *w) {
+    if (!w->packed) return NULL;
+    Parts p = parts_of(c);
+    return pack_of_block(c, w, &p, NPART - 1) + linear_pack_floats(c->D, p.n[NPART - 1]);
+}
+
+size_t mamba2_pack_floats(const Mamba2Cfg *c) {
+    check_cfg(c);
+    Parts p = parts_of(c);
+    size_t n = linear_pack_floats(c->E, c->D);
+    for (int i = 0; i < NPART; i++) n += linear_pack_floats(c->D, p.n[i]);
+    return n;
+}
+
+void mamba2_pack(const Mamba2Cfg *c, Mamba2W *w, float *packed) {
+    check_cfg(c);
+    Parts p = parts_of(c);
+    w->packed = packed;
+    for (int i = 0; i < NPART; i++)
+        linear_pack((float *)pack_of_block(c, w, &p, i), w->in_proj + (size_t)p.off[i] * c->D, c->D, p.n[i]);
+    linear_pack((float *)pack_of_out(c, w), w->out_proj, c->E, c->D);
+}
+
 /* zx (blocked) = x @ in_proj^T + u, u:(M, K) row-major | NULL. */
 static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const float *x,
                         const float *u, size_t M) {
@@ -90,8 +123,8 @@ static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const f
             for (int i = 0; i < NPART; i++)
                 memcpy(blk(zx, &p, M, i) + m * p.n[i], u + m * c->K + p.off[i], sizeof(float) * p.n[i]);
     for (int i = 0; i < NPART; i++) /* block i (M, n_i) (+)= x (M, D) @ W[off_i .. off_i + n_i]^T */
-        k_gemm(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D, u ? 1.f : 0.f,
-               blk(zx, &p, M, i), p.n[i]);
+        k_gemm_pb(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D,
+                  pack_of_block(c, w, &p, i), u ? 1.f : 0.f, blk(zx, &p, M, i), p.n[i]);
 }
 
 /* Backward of in_proj_fwd for a blocked gradient dzx: dx += sum_i dzx_i W_i, dW_i += dzx_i^T x,
@@ -103,7 +136,9 @@ static void in_proj_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *dW, float *
     for (int i = 0; i < NPART; i++) {
         const float *g = blk(dzx, &p, M, i);
         size_t wo = (size_t)p.off[i] * D;
-        if (dx) k_gemm(0, 0, (int)M, D, p.n[i], 1.f, g, p.n[i], w->in_proj + wo, D, 1.f, dx, D);
+        if (dx)
+            k_gemm_pb(0, 0, (int)M, D, p.n[i], 1.f, g, p.n[i], w->in_proj + wo, D,
+                      linear_pack_dx(pack_of_block(c, w, &p, i), D, p.n[i]), 1.f, dx, D);
         if (dW) k_gemm(1, 0, p.n[i], D, (int)M, 1.f, g, p.n[i], x, D, 1.f, dW + wo, D);
     }
     if (!du) return;
@@ -283,7 +318,7 @@ void mamba2_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x, 
               c->H, c->P, c->N);
     k_gated_rmsnorm_fwd(f.yn, cache ? k.rstd : NULL, k.ys, k.zx /* zgate block */, w->norm_w, (int)M,
                         c->E, c->eps);
-    k_linear_fwd(y, f.yn, w->out_proj, NULL, (int)M, c->E, c->D);
+    linear_fwd_pk(y, f.yn, w->out_proj, pack_of_out(c, w), NULL, (int)M, c->E, c->D);
     if (drop_mask) apply_mask(y, y, drop_mask, B, T, c->D);
     if (state_out) fill_conv_state(c, state_out, k.zx, B, T);
 }
@@ -356,7 +391,8 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
         apply_mask(g.dyd, dy, drop_mask, B, T, D);
         dyo = g.dyd;
     }
-    k_gemm(0, 0, (int)M, E, D, 1.f, dyo, D, w->out_proj, E, 0.f, g.dyn, E);
+    k_gemm_pb(0, 0, (int)M, E, D, 1.f, dyo, D, w->out_proj, E, linear_pack_dx(pack_of_out(c, w), E, D), 0.f, g.dyn,
+              E);
     if (want_dwo) k_linear_bwd(NULL, dW->out_proj, NULL, dyo, f.yn, w->out_proj, (int)M, E, D);
 
     /* yn = GatedRMSNorm(ys, zgate): dzgate goes straight into dzx's zgate block */
@@ -445,5 +481,5 @@ void mamba2_step(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x,
     k_ssd_step(s.ys, state_out ? state_out + conv_n : NULL, state_in + conv_n, f.xs, s.dt, f.A,
                f.bm, f.cm, w->Dskip, B, H, c->P, c->N);
     k_gated_rmsnorm_fwd(f.yn, NULL, s.ys, blk(s.zx, &p, nb, PZ), w->norm_w, B, E, c->eps);
-    k_linear_fwd(y, f.yn, w->out_proj, NULL, B, E, c->D);
+    linear_fwd_pk(y, f.yn, w->out_proj, pack_of_out(c, w), NULL, B, E, c->D);
 }

@@ -52,7 +52,15 @@ typedef struct {
     float *Dskip;    /* (H) */
     float *norm_w;   /* (E) gated RMSNorm weight */
     float *out_proj; /* (D, E) */
+    const float *packed; /* (mamba2_pack_floats) | NULL: in_proj and out_proj packed by mamba2_pack */
 } Mamba2W;
+
+/* Weights packed once (linear.h): in_proj's five row blocks and out_proj, each in both forms, for
+ * a caller that runs many products on unchanged weights (a fixed-point solve, a generation).
+ * mamba2_pack fills `packed` from w and points w->packed at it; pack again after w changes.
+ * Products with few rows (batch-1 steps) still stream the plain weights. */
+size_t mamba2_pack_floats(const Mamba2Cfg *c);
+void mamba2_pack(const Mamba2Cfg *c, Mamba2W *w, float *packed);
 
 /* Floats mamba2_fwd keeps for mamba2_bwd, for a (B, T) call. What is cached (per token):
  *   zx (K)   = in_proj(x) + u, from which zgate, pre-conv xBC and dtraw are re-read (stored

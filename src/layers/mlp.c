@@ -12,6 +12,7 @@
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
+#include "linear.h"
 
 int mlp_hidden(MlpKind kind, int d_inner) {
     if (d_inner <= 0) return 0;
@@ -58,6 +59,30 @@ static void input_weights(const MlpCfg *c, const MlpW *w, float **Wa, float **Wb
     }
 }
 
+/* The pack (mlp_pack): gate projection | linear branch | fc2, each linear_pack's two forms. */
+enum { PK_A, PK_B, PK_FC2 };
+
+static const float *pack_of(const MlpCfg *c, const MlpW *w, int which) {
+    if (!w->packed) return NULL;
+    size_t in = linear_pack_floats(c->D, c->h);
+    return w->packed + (size_t)which * in;
+}
+
+size_t mlp_pack_floats(const MlpCfg *c) {
+    if (c->kind == MLP_NONE) return 0;
+    return 2 * linear_pack_floats(c->D, c->h) + linear_pack_floats(c->h, c->D);
+}
+
+void mlp_pack(const MlpCfg *c, MlpW *w, float *packed) {
+    if (c->kind == MLP_NONE) return;
+    float *Wa, *Wb;
+    input_weights(c, w, &Wa, &Wb);
+    w->packed = packed;
+    linear_pack((float *)pack_of(c, w, PK_A), Wa, c->D, c->h);
+    linear_pack((float *)pack_of(c, w, PK_B), Wb, c->D, c->h);
+    linear_pack((float *)pack_of(c, w, PK_FC2), w->fc2, c->h, c->D);
+}
+
 /* x[b, t, j] *= mask[b, j] for x:(B,T,n)  mask:(B,n) */
 static void apply_mask(float *x, const float *mask, int B, int T, int n) {
     for (int b = 0; b < B; b++)
@@ -88,11 +113,11 @@ void mlp_fwd(const MlpCfg *c, const MlpW *w, float *y, const float *x, const flo
     /* a, b live in the cache when a backward follows, else in scratch */
     float *a = cache ? cache : scratch, *bb = a + Mh;
     float *s = cache ? scratch : scratch + 2 * Mh;
-    k_linear_fwd(a, x, Wa, NULL, M, D, h);
-    k_linear_fwd(bb, x, Wb, NULL, M, D, h);
+    linear_fwd_pk(a, x, Wa, pack_of(c, w, PK_A), NULL, M, D, h);
+    linear_fwd_pk(bb, x, Wb, pack_of(c, w, PK_B), NULL, M, D, h);
     k_swiglu_fwd(s, a, bb, Mh);
     if (mask_h) apply_mask(s, mask_h, B, T, h);
-    k_linear_fwd(y, s, w->fc2, NULL, M, h, D);
+    linear_fwd_pk(y, s, w->fc2, pack_of(c, w, PK_FC2), NULL, M, h, D);
     if (mask_o) apply_mask(y, mask_o, B, T, D);
 }
 
@@ -126,12 +151,12 @@ void mlp_bwd(const MlpCfg *c, const MlpW *w, MlpW *dW, float *dx, const float *d
     }
     if (!dx && !dWa && !dWb) return;
     memset(gs, 0, Mh * sizeof(float));
-    k_linear_bwd(gs, NULL, NULL, gyo, s, w->fc2, M, h, D); /* x unused when dW is NULL */
+    linear_bwd_pk(gs, NULL, NULL, gyo, s, w->fc2, pack_of(c, w, PK_FC2), M, h, D); /* x unused without dW */
     if (mask_h) apply_mask(gs, mask_h, B, T, h);
 
     /* through s = silu(a) * b, then the two input projections */
     memset(ga, 0, 2 * Mh * sizeof(float)); /* ga and gb are adjacent */
     k_swiglu_bwd(ga, gb, gs, a, bb, Mh);
-    if (dx || dWa) k_linear_bwd(dx, dWa, NULL, ga, x, Wa, M, D, h);
-    if (dx || dWb) k_linear_bwd(dx, dWb, NULL, gb, x, Wb, M, D, h);
+    if (dx || dWa) linear_bwd_pk(dx, dWa, NULL, ga, x, Wa, pack_of(c, w, PK_A), M, D, h);
+    if (dx || dWb) linear_bwd_pk(dx, dWb, NULL, gb, x, Wb, pack_of(c, w, PK_B), M, D, h);
 }

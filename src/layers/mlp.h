@@ -33,7 +33,13 @@ typedef struct {
     float *w3;  /* (h, D)  SwiGLU "up" W3        (NULL for MLP_GATED) */
     float *fc1; /* (2h, D) gated: rows [0,h) value, [h,2h) gate  (NULL for MLP_SWIGLU) */
     float *fc2; /* (D, h)  output projection, both kinds */
+    const float *packed; /* (mlp_pack_floats) | NULL: the three projections packed by mlp_pack */
 } MlpW;
+
+/* Weights packed once (linear.h): the gate, the linear branch and fc2, each in both forms.
+ * mlp_pack fills `packed` from w and points w->packed at it; pack again after w changes. */
+size_t mlp_pack_floats(const MlpCfg *c);
+void mlp_pack(const MlpCfg *c, MlpW *w, float *packed);
 
 /* Hidden width for a backbone d_inner (0 when d_inner <= 0 or kind == MLP_NONE). */
 int mlp_hidden(MlpKind kind, int d_inner);

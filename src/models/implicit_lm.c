@@ -56,6 +56,8 @@ typedef struct {
     int n_map, cap_map;
     float *eff, *deff;    /* (eff_tab.total) */
     BlockW *w, *dw;       /* (L) into eff / deff */
+    float *packed;        /* (L, pack_per): each layer's projections packed by block_pack at refresh */
+    size_t pack_per;
     size_t o_inj_w, o_inj_b, o_inj_norm, o_norm_f;   /* effective offsets */
     /* activations */
     Arena acts;
@@ -195,6 +197,8 @@ static int build(Model *m, int is_attn) {
         block_params_bind(&im->dw[i], &off[i], im->deff, &im->bc);
     }
     free(off);
+    im->pack_per = block_pack_floats(&im->bc);
+    im->packed = xcalloc((size_t)im->L * im->pack_per + 16, sizeof(float));
     im->S_max = c->grad > c->pretrain_iter ? c->grad : c->pretrain_iter;
     if ((c->bounded_steps > 0 || c->bounded_frac > 0) && c->bounded_grad > im->S_max) im->S_max = c->bounded_grad;
     return IM_OK;
@@ -218,7 +222,9 @@ static void post_init(Model *m) {
     }
 }
 
-/* Effective weights from θ: once per forward (spec §2.4). */
+/* Effective weights from θ: once per forward (spec §2.4), and the projections packed for the
+ * GEMM once with them: every f call of the solve, the relaxed steps and the backward (or every
+ * token of a generation) then reads the same panels. */
 static void refresh(Model *m) {
     ImplicitLm *im = m->impl;
     float target = (float)m->cfg.norm_target_norm, clip = (float)m->cfg.norm_clip_value;
@@ -230,6 +236,7 @@ static void refresh(Model *m) {
         else
             memcpy(im->eff + mp->eff, m->params + mp->v, (size_t)mp->rows * mp->cols * sizeof(float));
     }
+    for (int l = 0; l < im->L; l++) block_pack(&im->bc, &im->w[l], im->packed + (size_t)l * im->pack_per);
 }
 
 /* dθ += the effective gradients mapped through weight norm. */
@@ -880,6 +887,7 @@ static void free_impl(Model *m) {
     free(im->deff);
     free(im->w);
     free(im->dw);
+    free(im->packed);
     free(im);
     m->impl = NULL;
 }

@@ -395,6 +395,29 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 #endif
 }
 
+/* Products on an op(B) packed once (kernels.h). Few rows stream B in place as in k_gemm. Builds
+ * without BLAS run the packed panels for the rest: the alternative is the same blocked GEMM plus
+ * the copy (measured, Zen 4, one thread, CPU time, GFLOP/s unpacked / packed, M = 32: 52 / 77 at
+ * N 128, K 64; 56 / 88 at N 528, K 128; 11 / 12 at N 8). In BLAS builds OpenBLAS keeps what it
+ * does better, measured the same way: tall products (M = 768: 91-101 either way; M = 2048: 59-67
+ * vs 58-60 at N 2320, K 256, and 65-70 vs 49-55 at N 256, K 1024) and narrow ones, where the
+ * blocked GEMM's 32-wide register tile is mostly padding (M = 32: 76 / 23 at N 16, 73 / 12 at
+ * N 8, 75 / 39 at N 40, 114 / 71 at N 64, K 128, B not transposed); the packed panels win for
+ * short, wide products (M = 32: 78 / 88 at N 528, K 128; 54 / 90 at N 256, K 1024; 81 / 92 at
+ * N 2320, K 256; M = 64: 91 / 97 at N 512). */
+#define PB_BLAS_MAX_M 511
+#define PB_BLAS_MIN_N 256
+
+void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, const float *packed, float beta, float *C, int ldc) {
+    int blas_better = use_blas(M, N, K) && (M > PB_BLAS_MAX_M || N < PB_BLAS_MIN_N);
+    if (!packed || M <= small_m_max(M, N, K) || blas_better) {
+        k_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    k_gemm_packed(transA, M, N, K, alpha, A, lda, packed, beta, C, ldc);
+}
+
 /* ---- Linear ---------------------------------------------------------------------------------- */
 
 void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC) {

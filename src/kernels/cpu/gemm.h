@@ -20,15 +20,8 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
 void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 
-/* op(B) packed once for many products with the same B (a weight across the iterations of a
- * fixed-point solve): k_gemm_packed skips the packing k_gemm_blocked does on every call and gives
- * bit for bit its result. For products with many rows; few-row ones never pack (k_gemm_small).
- *   k_gemm_pack_floats: floats of the packed form of op(B) (K, N)
- *   k_gemm_pack_b:      packed = op(B), B stored (K, N) or, if transB, (N, K), row stride ldb
- *   k_gemm_packed:      C = alpha op(A) @ op(B) + beta C, as k_gemm_blocked (transB is in packed)
- * The packed form depends on the build's tile sizes: make it in the process that uses it. */
-size_t k_gemm_pack_floats(int N, int K);
-void k_gemm_pack_b(float *packed, int transB, int N, int K, const float *B, int ldb);
+/* The blocked GEMM on an op(B) packed by k_gemm_pack_b (kernels.h): C = alpha op(A) @ op(B) +
+ * beta C, bit for bit k_gemm_blocked's result (transB is in packed). k_gemm_pb routes here. */
 void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *packed, float beta, float *C, int ldc);
 

@@ -67,3 +67,10 @@ void k_linear_bwd_ref(float *dx, float *dW, float *db, const float *dy, const fl
         }
     }
 }
+
+/* The reference ignores the packed copy: it is the plain product of the unpacked operands. */
+void k_gemm_pb_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, const float *packed, float beta, float *C, int ldc) {
+    (void)packed;
+    k_gemm_ref(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
