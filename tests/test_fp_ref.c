@@ -22,6 +22,7 @@
 #include "../src/io/json.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/ckpt.h"
+#include "../src/models/layouts.h"
 #include "../src/models/model.h"
 #include "refload.h"
 
@@ -114,10 +115,135 @@ static void ref_case(const char *path) {
     st_free(&f);
 }
 
+/* A checkpoint of the Fixed-Point-RNN reference as it is (tests/ref/gen_fp_interop.py: its tensor
+ * names, torch 1 or torch 2 weight norm, its config.json beside): loaded as a folder through the
+ * "fp-rnn" layout and its config dialect, it is the model of `ref` (the same weights under our
+ * names, with the outputs of the independent PyTorch code): the config says LayerNorm blocks at
+ * 1e-5 and the layer's eps 1e-6; evaluation and training forwards give ref's logits and iteration
+ * counts, in both conventions (fp_iters_ref = the reference's logged iter_idx + 1). */
+static void ref_checkpoint(const char *dir, const char *ref) {
+    StFile f;
+    if (st_read(&f, ref)) { TH_CHECK(0, "%s: %s", ref, err_msg()); return; }
+    Model m;
+    int rc = ckpt_load(&m, dir, NULL);
+    TH_CHECK(rc == 0, "%s: load: %s", dir, err_msg());
+    if (rc) { st_free(&f); return; }
+    const ModelCfg *c = &m.cfg;
+    TH_CHECK(!strcmp(c->model, "fp_mamba") && !strcmp(c->norm_type, "layernorm") && c->norm_eps == 1e-5 &&
+             c->mixer_norm_eps == 1e-6 && c->fp_max_iter == 16 && c->fp_outlier_q == 0.25 && c->fp_step0 == 0.99,
+             "%s: config %s, norm %s %g, layer eps %g, cap %d, q %g, s0 %g", dir, c->model, c->norm_type, c->norm_eps,
+             c->mixer_norm_eps, c->fp_max_iter, c->fp_outlier_q, c->fp_step0);
+    const StTensor *ids_t = st_find(&f, "input.ids");
+    const int B = (int)ids_t->shape[0], T = (int)ids_t->shape[1], L = c->n_layer;
+    const size_t nl = (size_t)B * T * m.V;
+    const int *ids = (const int *)st_data(&f, ids_t), *tg = (const int *)ref_tensor(&f, "input.targets", (size_t)B * T);
+    const float *el = ref_tensor(&f, "eval.logits", nl), *tl = ref_tensor(&f, "out.logits", nl);
+    const StTensor *eits = st_find(&f, "eval.iters"), *tits = st_find(&f, "solve.iters");
+    if (!el || !tl || !eits || !tits || st_numel(eits) != (size_t)L) {
+        TH_CHECK(0, "%s: missing reference tensors", ref);
+        model_free(&m);
+        st_free(&f);
+        return;
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        m.training = mode;
+        float loss = 0;
+        TH_CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s fwd: %s", dir, err_msg());
+        double want = mean_iters(mode ? tits : eits, &f), e = th_rel_err(m.logits, mode ? tl : el, nl);
+        TH_CHECK(e <= TOL, "%s: %s logits rel err %.3g", dir, mode ? "training" : "evaluation", e);
+        TH_CHECK(m.fp_iters == want && m.fp_iters_ref == want + 1, "%s: %s iterations %g (reference convention %g), want %g",
+                 dir, mode ? "training" : "evaluation", m.fp_iters, m.fp_iters_ref, want);
+        printf("  %s: %s: logits %.2e, %g iterations/layer (%g as the reference logs them)\n", dir,
+               mode ? "train" : "eval", e, m.fp_iters, m.fp_iters_ref);
+    }
+    model_free(&m);
+    st_free(&f);
+}
+
+/* The "fp-rnn" layout's tables: every parameter of the models it holds (each mixer, projections
+ * factorised or not, the mixture's terms) has a name of the reference that maps back, no two alike,
+ * none left with our mixer names (proj_*) or our weight-norm names (torch 2's are written), and
+ * the FPRNN row is told from the FPMamba row by its names. */
+static void fp_layout_names(void) {
+    static const char *const cases[][4] = {
+        {"fp_mamba", "householder", "2", "-1"}, {"fp_mamba", "dplr", "2", "3"}, {"fp_mamba", "kronecker", "1", "-1"},
+        {"fp_mamba", "mixture", "3", "-1"},     {"fp_mamba", "selectivedense", "1", "-1"},
+        {"fp_mamba2", "householder", "1", "-1"}, {"fp_rnn", "householder", "2", "-1"}, {"fp_rnn", "kronecker", "1", "4"},
+        {"mamba1", "householder", "1", "-1"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        ModelCfg c;
+        cfg_defaults(&c);
+        const char *kv[] = {"model", cases[k][0], "mixer_type", cases[k][1], "mixer_rank", cases[k][2], "mixer_proj_rank",
+                            cases[k][3], "d_model", "8", "n_layer", "2", "d_state", "4", "headdim", "8",
+                            "norm_type", "layernorm", NULL};
+        for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
+        Model m;
+        if (model_create(&m, &c)) { TH_CHECK(0, "%s %s: %s", cases[k][0], cases[k][1], err_msg()); continue; }
+        const CkptLayout *L = layout_for_export("fp-rnn", c.model);
+        TH_CHECK(L != NULL, "fp-rnn holds %s: %s", c.model, err_msg());
+        if (!L) { model_free(&m); continue; }
+        char (*theirs)[300] = calloc((size_t)m.tab.n, sizeof *theirs);
+        const char **names = calloc((size_t)m.tab.n, sizeof *names);
+        int bad = 0;
+        for (int i = 0; i < m.tab.n; i++) {
+            char back[300];
+            const char *ours = m.tab.p[i].name;
+            int ok = layout_to_theirs(L, ours, theirs[i], sizeof theirs[i]) >= 0 &&
+                     layout_to_ours(L, theirs[i], back, sizeof back) >= 0 && !strcmp(back, ours);
+            ok &= !strstr(theirs[i], ".proj_") && !strstr(theirs[i], "weight_g") && !strstr(theirs[i], "weight_v") &&
+                  !strstr(theirs[i], "word_emb");
+            for (int j = 0; j < i; j++) ok &= strcmp(theirs[i], theirs[j]) != 0;
+            if (!ok && bad++ < 3) TH_CHECK(0, "fp-rnn, %s %s: '%s' -> '%s'", cases[k][0], cases[k][1], ours, theirs[i]);
+            names[i] = theirs[i];
+        }
+        TH_CHECK(!bad, "fp-rnn, %s %s: %d names do not round-trip", cases[k][0], cases[k][1], bad);
+        TH_CHECK(layout_detect(names, m.tab.n) == L, "fp-rnn, %s: the file's names pick its row", c.model);
+        free(names);
+        free(theirs);
+        model_free(&m);
+    }
+}
+
+/* The reference's config.json dialect: what it cannot say here is refused, naming the key. */
+static void fp_config_refusals(void) {
+    static const char *const bad[][2] = {
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\", \"mixer_type\": \"monarch\"}}", "'ssm_cfg.mixer_type' = monarch"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}", "'ssm_cfg.layer' = 'Mamba2'"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\", \"use_flash\": true}}", "unknown Fixed-Point-RNN reference config key 'ssm_cfg.use_flash'"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"d_intermediate\": 32}", "an MLP in the blocks"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"tie_embeddings\": false}", "an untied head"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"attn_layer_idx\": [0]}", "attention layers"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"rms_norm\": 1}", "'rms_norm' must be true or false"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"Mamba1\", \"mixer_rank\": 2}}", "'ssm_cfg.mixer_rank' for layer Mamba1"},
+        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba2\", \"ngroups\": 2}}", "ngroups > 1 is not implemented"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ModelCfg c;
+        int rc = layout_config_parse(bad[i][0], strlen(bad[i][0]), "config.json", &c);
+        TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), bad[i][1]), "'%s': rc %d, '%s' lacks '%s'", bad[i][0], rc, err_msg(),
+                 bad[i][1]);
+    }
+    /* and what it can: the class defaults of FPRNN (no damping, q_out 0.10, cap 1000, spectral Kronecker) */
+    const char *ok = "{\"d_model\": 8, \"n_layer\": 1, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"FPRNN\", "
+                     "\"use_short_conv\": true, \"mixer_type\": \"kronecker\", \"damping_decay_rate\": 0.5}}";
+    ModelCfg c;
+    TH_CHECK(layout_config_parse(ok, strlen(ok), "config.json", &c) == IM_OK && !strcmp(c.model, "fp_rnn") &&
+             c.fp_step0 == 1 && c.fp_decay == 1 && c.fp_outlier_q == 0.1 && c.fp_max_iter == 1000 &&
+             !strcmp(c.kron_norm, "spectral") && !strcmp(c.norm_type, "rmsnorm") && c.pad_vocab_multiple == 8,
+             "FPRNN defaults: %s", err_msg());
+}
+
 int main(void) {
     th_name = "test_fp_ref";
+    fp_layout_names();
+    fp_config_refusals();
     ref_case("tests/ref/fp_mamba.safetensors");
     ref_case("tests/ref/fp_mamba_kron.safetensors");
     ref_case("tests/ref/fp_mamba_ln.safetensors");
+    ref_case("tests/ref/fp_ref_h.safetensors");
+    ref_case("tests/ref/fp_ref_k.safetensors");
+    ref_checkpoint("tests/ref/interop/fp_rnn_h", "tests/ref/fp_ref_h.safetensors");
+    ref_checkpoint("tests/ref/interop/fp_rnn_k", "tests/ref/fp_ref_k.safetensors");
     return th_done();
 }

@@ -39,6 +39,55 @@ static const NameRule HF_LLAMA[] = {
     {NULL, "model.layers.{i}.self_attn.rotary_emb.inv_freq"},
 };
 
+/* The Fixed-Point-RNN reference (its FPLMHeadModel around mamba_ssm's MixerModel; mamba_ssm's
+ * MambaLMHeadModel for the Mamba-1 baseline): the embedding is backbone.embedding.weight, the
+ * weight-normed projections of the layers and mixers have their own names, torch 2 stores weight
+ * norm as parametrizations.weight.original0 (g) / original1 (v) (torch 1: weight_g / weight_v,
+ * ours already). P is the mixer's prefix in the file: "mixer." inside FPMamba1 / FPMamba2, and
+ * "mixer._orig_mod." inside FPRNN, whose mixer is wrapped by torch.compile. Not mapped: Monarch
+ * (its uv_project is Kronecker's name too; a Monarch file fails as a missing tensor) and the
+ * nonselective mixer (torch's orthogonal parametrisation, not our skew / base). */
+#define FPR_MIXER(P)                                                                                  \
+    {"backbone.layers.{i}.mixer.mixer.sub{i}.proj_u*", "backbone.layers.{i}.mixer." P "mixers.{i}.u_proj*"},       \
+    {"backbone.layers.{i}.mixer.mixer.sub{i}.proj_alpha*", "backbone.layers.{i}.mixer." P "mixers.{i}.alpha_proj*"}, \
+    {"backbone.layers.{i}.mixer.mixer.sub{i}.proj_k*", "backbone.layers.{i}.mixer." P "mixers.{i}.uv_project*"},   \
+    {"backbone.layers.{i}.mixer.mixer.sub{i}.proj_d*", "backbone.layers.{i}.mixer." P "mixers.{i}.diag*"},         \
+    {"backbone.layers.{i}.mixer.mixer.proj_u*", "backbone.layers.{i}.mixer." P "u_proj*"},                        \
+    {"backbone.layers.{i}.mixer.mixer.proj_alpha*", "backbone.layers.{i}.mixer." P "alpha_proj*"},                \
+    {"backbone.layers.{i}.mixer.mixer.proj_k*", "backbone.layers.{i}.mixer." P "uv_project*"},                    \
+    {"backbone.layers.{i}.mixer.mixer.proj_d*", "backbone.layers.{i}.mixer." P "diag*"},                          \
+    {"backbone.layers.{i}.mixer.mixer.proj_l*", "backbone.layers.{i}.mixer." P "proj*"}
+#define FPR_ENDS {"word_emb.emb.weight", "backbone.embedding.weight"}, {HEAD_TENSOR, "lm_head.weight"}
+
+static const NameRule FPR_MAMBA[] = {   /* fp_mamba, fp_mamba2, mamba1 */
+    FPR_ENDS,
+    {"backbone.layers.{i}.mixer.bc_proj*", "backbone.layers.{i}.mixer.bc_y_proj*"},
+    {"backbone.layers.{i}.mixer.zy_proj*", "backbone.layers.{i}.mixer.z_y_proj*"},
+    FPR_MIXER("mixer."),
+};
+
+static const NameRule FPR_RNN[] = {     /* fp_rnn */
+    FPR_ENDS,
+    {"backbone.layers.{i}.mixer.in_proj*", "backbone.layers.{i}.mixer.input_trans*"},
+    {"backbone.layers.{i}.mixer.o_proj*", "backbone.layers.{i}.mixer.output_trans*"},
+    {"backbone.layers.{i}.mixer.norm*", "backbone.layers.{i}.mixer.output_norm*"},
+    {"backbone.layers.{i}.mixer.x_conv*", "backbone.layers.{i}.mixer.conv1d_x*"},
+    {"backbone.layers.{i}.mixer.b_conv*", "backbone.layers.{i}.mixer.conv1d_b*"},
+    {"backbone.layers.{i}.mixer.c_conv*", "backbone.layers.{i}.mixer.conv1d_c*"},
+    {"backbone.layers.{i}.mixer.lam_conv*", "backbone.layers.{i}.mixer.conv1d_lambda*"},
+    {"backbone.layers.{i}.mixer.mix_conv*", "backbone.layers.{i}.mixer.conv1d_mixer*"},
+    {"backbone.layers.{i}.mixer.lam_proj*", "backbone.layers.{i}.mixer.lambda_proj*"},
+    FPR_MIXER("mixer._orig_mod."),
+};
+
+/* torch 2's weight-norm parametrisation (applied after the tables above) */
+static const NameRule TORCH2_WEIGHT_NORM[] = {
+    {"*.weight_g", "*.parametrizations.weight.original0"},
+    {"*.weight_v", "*.parametrizations.weight.original1"},
+};
+
+static int fpr_read(const Json *root, ModelCfg *c, const char *where, int *mine);
+static int fpr_write(const ModelCfg *c, JsonBuf *b);
 static int hf_mamba2_read(const Json *root, ModelCfg *c, const char *where, int *mine);
 static int hf_llama_read(const Json *root, ModelCfg *c, const char *where, int *mine);
 static int hf_mamba2_write(const ModelCfg *c, JsonBuf *b);
@@ -55,6 +104,11 @@ static const CkptLayout LAYOUTS[] = {
      0, hf_mamba2_read, hf_mamba2_write},
     {"hf", "llama", "Hugging Face transformers LlamaForCausalLM", "model.embed_tokens.weight", ROWS(HF_LLAMA), NULL, 0,
      hf_llama_read, hf_llama_write},
+    /* FPRNN first: its probe is its own, the FPMamba row's is every file's of that source */
+    {"fp-rnn", "fp_rnn", "the Fixed-Point-RNN reference's FPRNN LM", "backbone.layers.0.mixer.input_trans.weight",
+     ROWS(FPR_RNN), ROWS(TORCH2_WEIGHT_NORM), fpr_read, fpr_write},
+    {"fp-rnn", "fp_mamba|fp_mamba2|mamba1", "the Fixed-Point-RNN reference's FPMamba1 / FPMamba2 LM (mamba_ssm names)",
+     "backbone.embedding.weight", ROWS(FPR_MAMBA), ROWS(TORCH2_WEIGHT_NORM), fpr_read, fpr_write},
 };
 #define N_LAYOUTS ((int)(sizeof LAYOUTS / sizeof LAYOUTS[0]))
 
@@ -434,6 +488,266 @@ static int hf_llama_write(const ModelCfg *c, JsonBuf *b) {
     json_buf_kv_bool(b, "mlp_bias", 0);
     json_buf_kv_bool(b, "tie_word_embeddings", 1);
     json_buf_kv_str(b, "torch_dtype", "float32");
+    json_buf_end_obj(b);
+    return IM_OK;
+}
+
+/* ---- the Fixed-Point-RNN reference's config.json ------------------------------------------- */
+
+/* mamba_ssm's MambaConfig (d_model, n_layer, vocab_size, ssm_cfg, rms_norm, ...) as its
+ * save_pretrained writes it, with the fixed-point layer's keyword arguments in ssm_cfg. A key is
+ * copied to ours, or only checked (expect), or accepted and ignored (initialisation, kernels);
+ * any other key is an error. The layer's class defaults apply to keys a config leaves out. */
+
+/* ssm_cfg.layer -> our model, with that class's defaults and FixedPointOptimizer constants (spec
+ * fp-rnn §1.4: FPMamba1 s0 0.99, decay damping_decay_rate, q_out 0.25; FPMamba2 q_out 0.10; FPRNN
+ * s0 1, no decay, q_out 0.10) */
+static const struct {
+    const char *layer, *model;
+    int d_state, max_iter, fixed_decay;
+    const char *mixer, *kron_norm;
+    double step0, outlier_q;
+} FPR_LAYERS[] = {
+    {"FPMamba1", "fp_mamba", 16, 100, 0, "kronecker", "column-wise", 0.99, 0.25},
+    {"FPMamba2", "fp_mamba2", 128, 100, 0, "kronecker", "column-wise", 0.99, 0.10},
+    {"FPRNN", "fp_rnn", 0, 1000, 1, "householder", "spectral", 1.0, 0.10},
+    {"Mamba1", "mamba1", 16, 0, 0, NULL, NULL, 0, 0},
+};
+
+/* the reference's mixer names (its CLI choices) -> ours */
+static const char *fpr_mixer(const char *theirs) {
+    static const char *const map[][2] = {{"householderproduct", "householder"}, {"dplr", "dplr"},
+                                         {"kronecker", "kronecker"}, {"selectivedense", "selectivedense"},
+                                         {"mixture", "mixture"}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(theirs, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* keys of ssm_cfg: {key, ours, expect, why}; ours "" = handled in fpr_read */
+static const HfKey FPR_SSM_KEYS[] = {
+    {"layer", "", NULL, NULL},
+    {"d_state", "d_state", NULL, NULL},
+    {"d_conv", "d_conv", NULL, NULL},
+    {"expand", "expand", NULL, NULL},
+    {"headdim", "headdim", NULL, NULL},
+    {"dt_rank", "", NULL, NULL},               /* "auto" or a number */
+    {"mixer_type", "", NULL, NULL},
+    {"mixer_rank", "mixer_rank", NULL, NULL},
+    {"mixer_ac", "", NULL, NULL},
+    {"mixer_proj_rank", "", NULL, NULL},       /* null (the class default, which crashes) = -1 */
+    {"symm_mixer", "symm_mixer", NULL, NULL},
+    {"mixer_h_dep", "mixer_h_dep", NULL, NULL},
+    {"bc_norm", "bc_norm", NULL, NULL},
+    {"glu_in_loop", "glu_in_loop", NULL, NULL},
+    {"use_short_conv", "short_conv", NULL, NULL},
+    {"max_iter", "fp_max_iter", NULL, NULL},
+    {"n_backwards", "fp_n_backwards", NULL, NULL},
+    {"convergence_threshold", "fp_threshold", NULL, NULL},
+    {"damping_decay_rate", "", NULL, NULL},    /* FPMamba1 / FPMamba2's decay; FPRNN never decays */
+    {"norm_eps", "mixer_norm_eps", NULL, NULL},
+    {"conv_bias", NULL, "true", "a conv without bias is not implemented"},
+    {"bias", NULL, "false", "in/out projection biases are not implemented"},
+    {"ngroups", NULL, "1", "ngroups > 1 is not implemented"},
+    {"D_has_hdim", NULL, "false", "a D per channel is not implemented"},
+    {"rmsnorm", NULL, "true", "FPMamba2 without its RMSNorm is not implemented"},
+    {"norm_before_gate", NULL, "false", "FPMamba2 gates before its norm only"},
+    {"d_ssm", NULL, "null", "a partial SSM (d_ssm) is not implemented"},
+    {"dt_limit", NULL, NULL, NULL},            /* checked: (0, inf) only */
+    /* initialisation, kernels and bookkeeping: the same function */
+    {"d_mixer", NULL, NULL, NULL}, {"dt_min", NULL, NULL, NULL}, {"dt_max", NULL, NULL, NULL},
+    {"dt_init", NULL, NULL, NULL}, {"dt_scale", NULL, NULL, NULL}, {"dt_init_floor", NULL, NULL, NULL},
+    {"A_init_range", NULL, NULL, NULL}, {"conv_init", NULL, NULL, NULL}, {"chunk_size", NULL, NULL, NULL},
+    {"use_mem_eff_path", NULL, NULL, NULL}, {"use_fast_path", NULL, NULL, NULL}, {"layer_idx", NULL, NULL, NULL},
+};
+
+static const HfKey FPR_TOP_KEYS[] = {
+    {"d_model", "d_model", NULL, NULL},
+    {"n_layer", "n_layer", NULL, NULL},
+    {"vocab_size", "vocab_size", NULL, NULL},
+    {"pad_vocab_size_multiple", "pad_vocab_multiple", NULL, NULL},
+    {"norm_epsilon", "norm_eps", NULL, NULL},
+    {"ssm_cfg", "", NULL, NULL},
+    {"rms_norm", "", NULL, NULL},              /* -> norm_type */
+    {"attn_layer_idx", "", NULL, NULL},        /* checked: none */
+    {"d_intermediate", NULL, "0", "an MLP in the blocks (d_intermediate > 0) is not implemented for these models"},
+    {"tie_embeddings", NULL, "true", "an untied head is not implemented for these models"},
+    {"attn_cfg", NULL, NULL, NULL}, {"residual_in_fp32", NULL, NULL, NULL}, {"fused_add_norm", NULL, NULL, NULL},
+};
+
+static const HfKey *fpr_key(const HfKey *keys, int n, const char *k) {
+    for (int j = 0; j < n; j++)
+        if (!strcmp(keys[j].key, k)) return &keys[j];
+    return NULL;
+}
+
+/* One member k = v of the object `section` ("" or "ssm_cfg.") by its row: checked, copied (a
+ * boolean as 0 / 1) or ignored; rows with ours "" are the caller's. */
+static int fpr_member(const HfKey *row, const char *section, const char *k, const Json *v, ModelCfg *c, const char *where) {
+    char text[KEY_STR_LEN];
+    hf_text(v, text, sizeof text);
+    if (row->expect && strcmp(text, row->expect))
+        return err_set(IM_EINVAL, "%s: '%s%s' = %s: %s", where, section, k, text, row->why);
+    if (!row->ours || !row->ours[0]) return IM_OK;
+    if (v->type == JSON_BOOL) snprintf(text, sizeof text, "%d", v->boolean);
+    else if (v->type != JSON_NUMBER)
+        return err_set(IM_EINVAL, "%s: '%s%s' = %s: expected a number or a boolean", where, section, k, text);
+    int rc = cfg_set(c, row->ours, text);
+    return rc ? err_wrap(rc, "%s: '%s%s'", where, section, k) : IM_OK;
+}
+
+static int fpr_read(const Json *root, ModelCfg *c, const char *where, int *mine) {
+    const Json *ssm = json_get(root, "ssm_cfg");
+    *mine = ssm && ssm->type == JSON_OBJECT && !json_get(root, "backbone_config") && !json_get(root, "model_type");
+    if (!*mine) return IM_OK;
+    const Json *layer = json_get(ssm, "layer");
+    const char *lname = layer && layer->type == JSON_STRING ? layer->string : "Mamba1"; /* mamba_ssm's default */
+    int li = -1;
+    for (int i = 0; i < (int)(sizeof FPR_LAYERS / sizeof *FPR_LAYERS); i++)
+        if (!strcmp(FPR_LAYERS[i].layer, lname)) li = i;
+    if (li < 0)
+        return err_set(IM_EINVAL, "%s: 'ssm_cfg.layer' = '%s': this build reads FPMamba1 | FPMamba2 | FPRNN | Mamba1", where,
+                       lname);
+    ModelCfg t;
+    cfg_defaults(&t);
+    snprintf(t.model, sizeof t.model, "%s", FPR_LAYERS[li].model);
+    /* MambaConfig's defaults, then the layer class's */
+    t.d_model = 2560, t.n_layer = 64, t.vocab_size = 50277, t.pad_vocab_multiple = 8, t.norm_eps = 1e-5, t.d_inner = 0;
+    snprintf(t.norm_type, sizeof t.norm_type, "rmsnorm");
+    if (FPR_LAYERS[li].d_state) t.d_state = FPR_LAYERS[li].d_state;
+    if (FPR_LAYERS[li].mixer) {
+        t.headdim = 64, t.mixer_rank = 1, t.mixer_proj_rank = -1, t.mixer_h_dep = 1, t.symm_mixer = 0, t.bc_norm = 1;
+        t.glu_in_loop = 0, t.short_conv = 0, t.fp_n_backwards = 1, t.fp_threshold = 0.1, t.fp_patience = 15;
+        t.fp_eval_cap = 1000, t.mixer_norm_eps = 1e-5, t.fp_max_iter = FPR_LAYERS[li].max_iter;
+        t.fp_step0 = FPR_LAYERS[li].step0, t.fp_decay = FPR_LAYERS[li].fixed_decay ? 1.0 : 0.9;
+        t.fp_outlier_q = FPR_LAYERS[li].outlier_q;
+        snprintf(t.mixer_type, sizeof t.mixer_type, "%s", FPR_LAYERS[li].mixer);
+        snprintf(t.mixer_ac, sizeof t.mixer_ac, "silu");
+        snprintf(t.kron_norm, sizeof t.kron_norm, "%s", FPR_LAYERS[li].kron_norm);
+    }
+    int rc = IM_OK;
+    for (size_t i = 0; i < json_len(root) && !rc; i++) {
+        const char *k = json_key_at(root, i);
+        const Json *v = json_at(root, i);
+        const HfKey *row = fpr_key(FPR_TOP_KEYS, (int)(sizeof FPR_TOP_KEYS / sizeof *FPR_TOP_KEYS), k);
+        if (!row)
+            return err_set(IM_EINVAL, "%s: unknown Fixed-Point-RNN reference config key '%s' (docs/interop.md lists the "
+                           "accepted keys)", where, k);
+        if (!strcmp(k, "rms_norm")) {
+            if (v->type != JSON_BOOL) return err_set(IM_EINVAL, "%s: 'rms_norm' must be true or false", where);
+            snprintf(t.norm_type, sizeof t.norm_type, "%s", v->boolean ? "rmsnorm" : "layernorm");
+        } else if (!strcmp(k, "attn_layer_idx")) {
+            if (v->type != JSON_NULL && !(v->type == JSON_ARRAY && json_len(v) == 0))
+                return err_set(IM_EINVAL, "%s: 'attn_layer_idx': attention layers in the stack are not implemented", where);
+        } else if (strcmp(k, "ssm_cfg")) {
+            rc = fpr_member(row, "", k, v, &t, where);
+        }
+    }
+    for (size_t i = 0; i < json_len(ssm) && !rc; i++) {
+        const char *k = json_key_at(ssm, i);
+        const Json *v = json_at(ssm, i);
+        const HfKey *row = fpr_key(FPR_SSM_KEYS, (int)(sizeof FPR_SSM_KEYS / sizeof *FPR_SSM_KEYS), k);
+        int fp = FPR_LAYERS[li].mixer != NULL;
+        /* the FP keys are not keyword arguments of mamba_ssm's Mamba (the layer would not build) */
+        if (!row || (!fp && row->ours && strcmp(k, "layer") && strcmp(k, "d_state") && strcmp(k, "d_conv") &&
+                     strcmp(k, "expand") && strcmp(k, "dt_rank")))
+            return err_set(IM_EINVAL, "%s: unknown Fixed-Point-RNN reference config key 'ssm_cfg.%s' for layer %s "
+                           "(docs/interop.md lists the accepted keys)", where, k, lname);
+        if (!strcmp(k, "layer")) continue;
+        if (!strcmp(k, "dt_rank")) {
+            if (v->type == JSON_STRING && !strcmp(v->string, "auto")) t.dt_rank = 0;
+            else if (v->type == JSON_NUMBER) rc = fpr_member(&(HfKey){k, "dt_rank", NULL, NULL}, "ssm_cfg.", k, v, &t, where);
+            else return err_set(IM_EINVAL, "%s: 'ssm_cfg.dt_rank' must be \"auto\" or a number", where);
+        } else if (!strcmp(k, "mixer_type") || !strcmp(k, "mixer_ac")) {
+            const char *ours = v->type != JSON_STRING ? NULL : !strcmp(k, "mixer_ac") ? v->string : fpr_mixer(v->string);
+            if (!ours)
+                return err_set(IM_EINVAL, "%s: 'ssm_cfg.%s' = %s: not one this build reads%s", where, k,
+                               v->type == JSON_STRING ? v->string : "(not a string)",
+                               !strcmp(k, "mixer_type") ? " (householderproduct | dplr | kronecker | selectivedense | mixture)" : "");
+            if (!strcmp(k, "mixer_ac")) snprintf(t.mixer_ac, sizeof t.mixer_ac, "%s", ours);
+            else snprintf(t.mixer_type, sizeof t.mixer_type, "%s", ours);
+        } else if (!strcmp(k, "mixer_proj_rank")) {
+            if (v->type == JSON_NULL) t.mixer_proj_rank = -1;
+            else rc = fpr_member(&(HfKey){k, "mixer_proj_rank", NULL, NULL}, "ssm_cfg.", k, v, &t, where);
+        } else if (!strcmp(k, "damping_decay_rate")) {
+            if (!FPR_LAYERS[li].fixed_decay)
+                rc = fpr_member(&(HfKey){k, "fp_decay", NULL, NULL}, "ssm_cfg.", k, v, &t, where);
+        } else if (!strcmp(k, "dt_limit")) {
+            if (!(json_len(v) == 2 && json_at(v, 0)->type == JSON_NUMBER && json_at(v, 0)->number == 0 &&
+                  json_at(v, 1)->type == JSON_NUMBER && isinf(json_at(v, 1)->number)))
+                return err_set(IM_EINVAL, "%s: 'ssm_cfg.dt_limit' other than [0.0, Infinity]: a dt limit is not implemented",
+                               where);
+        } else {
+            rc = fpr_member(row, "ssm_cfg.", k, v, &t, where);
+        }
+    }
+    if (rc) return rc;
+    if (!strcmp(t.model, "mamba1")) t.short_conv = -1;   /* mamba_ssm's Mamba always has its conv */
+    *c = t;
+    return IM_OK;
+}
+
+/* The same dialect for export: the layer's keyword arguments spelled out, the solver constants
+ * the reference hard-codes checked (a model trained here with other ones cannot be said). */
+static int fpr_write(const ModelCfg *c, JsonBuf *b) {
+    int li = -1;
+    for (int i = 0; i < (int)(sizeof FPR_LAYERS / sizeof *FPR_LAYERS); i++)
+        if (!strcmp(FPR_LAYERS[i].model, c->model)) li = i;
+    if (li < 0) return err_set(IM_EINVAL, "layout fp-rnn holds fp_mamba | fp_mamba2 | fp_rnn | mamba1 models, not '%s'", c->model);
+    int fp = FPR_LAYERS[li].mixer != NULL;
+    if (fp) {
+        if (c->fp_patience != 15 || c->fp_eval_cap != 1000 || fabs(c->fp_step0 - FPR_LAYERS[li].step0) > 1e-12 ||
+            fabs(c->fp_outlier_q - FPR_LAYERS[li].outlier_q) > 1e-12 || (FPR_LAYERS[li].fixed_decay && c->fp_decay != 1.0))
+            return err_set(IM_EINVAL, "layout fp-rnn: the reference's %s fixes fp_step0 %g, fp_outlier_q %g, fp_patience 15, "
+                           "fp_eval_cap 1000%s; this model has %g, %g, %d, %d", FPR_LAYERS[li].layer, FPR_LAYERS[li].step0,
+                           FPR_LAYERS[li].outlier_q, FPR_LAYERS[li].fixed_decay ? ", fp_decay 1" : "", c->fp_step0,
+                           c->fp_outlier_q, c->fp_patience, c->fp_eval_cap);
+        if (!strcmp(c->mixer_type, "monarch") || !strcmp(c->mixer_type, "nonselective"))
+            return err_set(IM_EINVAL, "layout fp-rnn: mixer_type %s is not written in the reference's names", c->mixer_type);
+        if (strcmp(c->kron_norm, FPR_LAYERS[li].kron_norm) && !strcmp(c->mixer_type, "kronecker"))
+            return err_set(IM_EINVAL, "layout fp-rnn: the reference's %s uses kron_norm %s", FPR_LAYERS[li].layer,
+                           FPR_LAYERS[li].kron_norm);
+    }
+    json_buf_begin_obj(b);
+    kv_int(b, "d_model", c->d_model);
+    kv_int(b, "d_intermediate", 0);
+    kv_int(b, "n_layer", c->n_layer);
+    kv_int(b, "vocab_size", c->vocab_size);
+    json_buf_key(b, "ssm_cfg");
+    json_buf_begin_obj(b);
+    json_buf_kv_str(b, "layer", FPR_LAYERS[li].layer);
+    if (strcmp(c->model, "fp_rnn")) kv_int(b, "d_state", c->d_state);
+    kv_int(b, "d_conv", c->d_conv);
+    kv_int(b, "expand", c->expand);
+    if (!strcmp(c->model, "fp_mamba2")) kv_int(b, "headdim", c->headdim);
+    if (!strcmp(c->model, "fp_mamba") || !strcmp(c->model, "mamba1")) {
+        if (c->dt_rank > 0) kv_int(b, "dt_rank", c->dt_rank);
+        else json_buf_kv_str(b, "dt_rank", "auto");
+    }
+    if (fp) {
+        json_buf_kv_str(b, "mixer_type", !strcmp(c->mixer_type, "householder") ? "householderproduct" : c->mixer_type);
+        kv_int(b, "mixer_rank", c->mixer_rank);
+        json_buf_kv_str(b, "mixer_ac", c->mixer_ac);
+        kv_int(b, "mixer_proj_rank", c->mixer_proj_rank);
+        json_buf_kv_bool(b, "symm_mixer", c->symm_mixer);
+        json_buf_kv_bool(b, "mixer_h_dep", c->mixer_h_dep);
+        if (strcmp(c->model, "fp_rnn")) {
+            json_buf_kv_bool(b, "bc_norm", c->bc_norm);
+            json_buf_kv_bool(b, "glu_in_loop", c->glu_in_loop);
+            json_buf_kv_num(b, "damping_decay_rate", c->fp_decay);
+        }
+        json_buf_kv_bool(b, "use_short_conv", !strcmp(c->model, "fp_rnn") ? c->short_conv != 0 : c->short_conv == 1);
+        kv_int(b, "max_iter", c->fp_max_iter);
+        kv_int(b, "n_backwards", c->fp_n_backwards);
+        json_buf_kv_num(b, "convergence_threshold", c->fp_threshold);
+        json_buf_kv_num(b, "norm_eps", c->mixer_norm_eps > 0 ? c->mixer_norm_eps : c->norm_eps);
+    }
+    json_buf_end_obj(b);
+    json_buf_kv_bool(b, "rms_norm", strcmp(c->norm_type, "layernorm") != 0);
+    json_buf_kv_num(b, "norm_epsilon", c->norm_eps);
+    kv_int(b, "pad_vocab_size_multiple", c->pad_vocab_multiple > 0 ? c->pad_vocab_multiple : 1);
+    json_buf_kv_bool(b, "tie_embeddings", 1);
+    json_buf_kv_bool(b, "residual_in_fp32", 1);
     json_buf_end_obj(b);
     return IM_OK;
 }

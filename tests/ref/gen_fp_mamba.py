@@ -96,6 +96,14 @@ CASES = [
     dict(file="fp_mamba_ln.safetensors", seed=int(os.environ.get("FP_LN_SEED", 110)), n_layer=2,
          mixer_type="householder", mixer_rank=1, conv=1, glu_in_loop=0, n_back=1, max_iter=16, thr=0.1,
          alpha_bias=-1.25, train_stop="quantile", norm_type="layernorm", block_eps=1e-5, mixer_eps=0.02),
+    # the reference's word-problem settings (LayerNorm blocks at 1e-5, the layer at 1e-6): the weights
+    # and outputs behind its checkpoints in interop/ (gen_fp_interop.py), Householder and Kronecker
+    dict(file="fp_ref_h.safetensors", seed=int(os.environ.get("FP_H_SEED", 121)), n_layer=2,
+         mixer_type="householder", mixer_rank=2, conv=0, glu_in_loop=0, n_back=1, max_iter=16, thr=0.1,
+         alpha_bias=-1.25, train_stop="quantile", norm_type="layernorm", block_eps=1e-5, mixer_eps=1e-6),
+    dict(file="fp_ref_k.safetensors", seed=int(os.environ.get("FP_K_SEED", 133)), n_layer=1,
+         mixer_type="kronecker", mixer_rank=1, conv=1, glu_in_loop=0, n_back=1, max_iter=16, thr=0.1,
+         alpha_bias=-2.0, train_stop="quantile", norm_type="layernorm", block_eps=1e-5, mixer_eps=1e-6),
 ]
 if os.environ.get("FP_ONLY"):
     CASES = [c for c in CASES if c["file"] == os.environ["FP_ONLY"]]
