@@ -13,6 +13,7 @@
 #include "../src/core/timer.h"
 #include "../src/io/keyjson.h"
 #include "../src/train/progress.h"
+#include "../src/train/run_report.h"
 #include "../src/train/trainer.h"
 
 static int load(const char *path, ModelCfg *m, TaskCfg *t, TrainCfg *r, const char *out) {
@@ -39,6 +40,7 @@ typedef struct {
     const char *label;
     int len[2];
     double acc[2], seq[2], iters[2], seconds;
+    EvalRow eval[2];   /* the out-of-distribution rows, for the report */
 } DemoRow;
 
 static int run_one(const char *path, const char *out, int threads, DemoRow *row) {
@@ -67,9 +69,28 @@ static int run_one(const char *path, const char *out, int threads, DemoRow *row)
         row->acc[i] = e.last10_acc;
         row->seq[i] = e.seq_acc;
         row->iters[i] = e.iters;
+        row->eval[i] = e;
     }
     progress_done(&pg);
     trainer_free(&tr);
+    return rc;
+}
+
+/* DIR/report.html: both runs overlaid, with the out-of-distribution evaluation as an evaluation of each. */
+static int demo_report(const char *path, const char *out_e, const char *out_i, const DemoRow *rows) {
+    RunReport *r = run_report_new("implicit demo: explicit vs implicit Mamba2 on the S3 x monoid word problem");
+    const char *dirs[2] = {out_e, out_i};
+    int rc = IM_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        int run = run_report_add_run(r, dirs[i]);
+        size_t len;
+        char *text = run < 0 ? NULL : eval_json_text(NULL, "word", rows[i].eval, 2, "last10_acc", 0.9, NULL, 0, &len);
+        rc = run < 0 ? run : !text ? err_set(IM_ENOMEM, "out of memory") :
+             run_report_add_eval_json(r, run, text, len, "OOD p 0.5, token by token");
+        free(text);
+    }
+    if (!rc) rc = run_report_write(r, path);
+    run_report_free(r);
     return rc;
 }
 
@@ -87,7 +108,8 @@ const CmdSpec demo_cmd = {
     "train explicit and implicit Mamba2 on a word problem, compare out of distribution",
     "Trains a 1-layer explicit and a 1-layer implicit Mamba2 on the S3 x monoid word problem with\n"
     "configs/demo_explicit.json and configs/demo_implicit.json (run it from the repository root), then\n"
-    "evaluates both token by token at 50% hard tokens, at the training length T and at 4T.\n",
+    "evaluates both token by token at 50% hard tokens, at the training length T and at 4T, and writes\n"
+    "DIR/report.html with the plots of both runs.\n",
     DEMO_OPTS, 2, NULL, 0, 0, 0};
 
 int cmd_demo(int argc, char **argv) {
@@ -124,5 +146,12 @@ int cmd_demo(int argc, char **argv) {
         printf("| %-24s | %8.0f s | %13.1f%% | %14.1f%% | %17.1f%% / %6.1f%% | %16.1f |\n", rows[i].label, rows[i].seconds,
                100 * rows[i].acc[0], 100 * rows[i].acc[1], 100 * rows[i].seq[0], 100 * rows[i].seq[1], rows[i].iters[0]);
     printf("\nThe full experiment (T 64, 6000 steps) and the explicit 4-layer baseline are in the README.\n");
+    char path[600];
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    if (demo_report(path, out_e, out_i, rows)) {
+        fprintf(stderr, "warning: %s not written: %s\n", path, err_msg());
+        return 1;
+    }
+    printf("Plots of both runs (training, solver, the evaluations above): %s\n", path);
     return 0;
 }

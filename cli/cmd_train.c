@@ -17,6 +17,7 @@
 #include "../src/io/keyjson.h"
 #include "../src/train/dist.h"
 #include "../src/train/progress.h"
+#include "../src/train/run_report.h"
 #include "../src/train/trainer.h"
 
 static int fail(const char *hint) {
@@ -206,7 +207,7 @@ static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, in
 
 typedef struct {
     long long samples, batch, threads, sradius, pos_buckets, pos_width;
-    const char *json, *csv, *mode, *max_iters, *config;
+    const char *json, *csv, *report, *mode, *max_iters, *config;
     int allow_nonfinite;
 } EvalArgs;
 
@@ -216,6 +217,8 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
     OPT(EvalArgs, json, 0, 0, "OUT", "write the curve as JSON (with --pos_buckets: and \"positions\")"),
     OPT(EvalArgs, csv, 0, 0, "OUT", "write the curve as CSV (with --pos_buckets: and OUT_positions.csv)"),
+    OPT(EvalArgs, report, 0, 0, "FILE", "write an HTML page of these evaluations (plus the run's training plots when "
+                                        "CKPT lies in a run folder; docs/report.md)"),
     OPT(EvalArgs, mode, 0, 0, "M", "simultaneous | sequential (token by token) | both (and their agreement; the default for implicit models)"),
     OPT(EvalArgs, max_iters, 0, 0, "LIST", "iteration caps, e.g. 1,2,4,8,16,0: one evaluation each (0 = as trained)"),
     OPT(EvalArgs, sradius, 0, 1e6, "N", "spectral radius of df/dz at z* by N power iterations (0 = off)"),
@@ -268,6 +271,27 @@ static int eval_load(Model *m, TaskCfg *tc, const OptArgs *o, const CkptLoadOpts
     return rc ? fail("run `implicit eval --help`") : 0;
 }
 
+/* --report FILE: the rows as an evaluation of the checkpoint's run folder (when it lies in one:
+ * its training panels come along), else of the checkpoint alone. */
+static int eval_report(const char *out, const char *ckpt, const char *task, const EvalRow *rows, int n,
+                       const char *metric, const EvalPos *pos, int n_pos) {
+    size_t len;
+    char *text = eval_json_text(ckpt, task, rows, n, metric, 0.9, pos, n_pos, &len);
+    if (!text) return err_set(IM_ENOMEM, "out of memory writing the report");
+    char dir[4096], origin[4200];
+    const char *slash = strrchr(ckpt, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ckpt) : 1, slash ? ckpt : ".");
+    snprintf(origin, sizeof origin, "eval of %s", slash ? slash + 1 : ckpt);
+    RunReport *r = run_report_new(NULL);
+    int run = run_report_add_run(r, dir);
+    if (run < 0) run = run_report_add_source(r, ckpt);   /* no run folder: the checkpoint alone */
+    int rc = run_report_add_eval_json(r, run, text, len, origin);
+    if (!rc) rc = run_report_write(r, out);
+    run_report_free(r);
+    free(text);
+    return rc;
+}
+
 /* --mode and --max_iters (caps: up to 32 iteration caps, 0 = the checkpoint's own). */
 static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, int *n_caps) {
     /* implicit models: both passes and their agreement unless asked otherwise (duality is what
@@ -303,7 +327,7 @@ int cmd_eval(int argc, char **argv) {
     if (rc) return 1;
     int samples = (int)a.samples, batch = (int)a.batch, mode = 0, n_caps = 1, caps[32] = {0}, sradius = (int)a.sradius;
     int pos_buckets = (int)a.pos_buckets, pos_width = (int)a.pos_width;
-    const char *json_out = a.json, *csv_out = a.csv;
+    const char *json_out = a.json, *csv_out = a.csv, *report_out = a.report;
     if (a.threads > 0) k_set_threads((int)a.threads);
     if (eval_modes(&a, &m, &mode, caps, &n_caps)) {
         model_free(&m);
@@ -316,8 +340,12 @@ int cmd_eval(int argc, char **argv) {
         err_set(IM_EINVAL, "--csv %s with --pos_buckets: the positions CSV goes beside the CSV file; give a file name", csv_out);
         return fail(NULL);
     }
-    if (report_check(json_out) || report_check(csv_out)) { model_free(&m); return fail(NULL); }   /* before the work */
-    if (report_is_stdout(json_out) || report_is_stdout(csv_out)) report_reserve_stdout();   /* tables to stderr */
+    if (report_check(json_out) || report_check(csv_out) || run_report_check_out(report_out)) {   /* before the work */
+        model_free(&m);
+        return fail(NULL);
+    }
+    if (report_is_stdout(json_out) || report_is_stdout(csv_out) || report_is_stdout(report_out))
+        report_reserve_stdout();   /* tables to stderr */
     Task *task;
     if (task_create(&task, &tc)) { model_free(&m); return fail("run `implicit eval --help`"); }
     if (task_vocab(task) != m.cfg.vocab_size) {
@@ -384,6 +412,11 @@ int cmd_eval(int argc, char **argv) {
             rc = eval_write_json_pos(json_out, ckpt, tc.task, rows, n, is_lm ? NULL : task_len_metric(task), 0.9, pos,
                                      pos ? n_caps : 0);
         if (!rc && csv_out) rc = eval_write_csv(csv_out, rows, n);
+        if (!rc && report_out) {
+            rc = eval_report(report_out, ckpt, tc.task, rows, n, is_lm ? NULL : task_len_metric(task), pos,
+                             pos ? n_caps : 0);
+            if (!rc && !report_is_stdout(report_out)) printf("report: %s\n", report_out);
+        }
         if (!rc && csv_out && pos) {
             char path[4200];
             pos_csv_path(csv_out, path, sizeof path);

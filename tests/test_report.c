@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include "../src/core/check.h"
+#include "../src/core/fsutil.h"
+#include "../src/io/keyjson.h"
 #include "../src/train/run_report.h"
+#include "../src/train/trainer.h"
 
 static char root[] = "/tmp/test_report_XXXXXX";
 
@@ -185,12 +188,67 @@ static void test_bad_input(void) {
     TH_CHECK(run_report_check_out("-") == IM_OK, "standard output");
 }
 
+/* `implicit train` writes report.html at each checkpoint and at the end; report 0 turns it off. */
+static int train_tiny(const char *out, int report, int steps) {
+    ModelCfg m;
+    TaskCfg t;
+    TrainCfg c;
+    cfg_defaults(&m);
+    task_cfg_defaults(&t);
+    train_cfg_defaults(&c);
+    cfg_set(&m, "model", "lstm");
+    cfg_set(&m, "d_model", "8");
+    keytab_set(&task_keytab, &t, "group", "S3");
+    keytab_set(&task_keytab, &t, "train_len", "8");
+    keytab_set(&task_keytab, &t, "eval_lens", "8");
+    keytab_set(&task_keytab, &t, "eval_samples", "8");
+    Task *tk;
+    if (task_create(&tk, &t)) return -1;
+    m.vocab_size = task_vocab(tk);
+    task_free(tk);
+    snprintf(c.out, sizeof c.out, "%s", out);
+    c.steps = steps, c.batch = 4, c.log_every = 1, c.ckpt_every = 2, c.eval_every = 0, c.report = report;
+    snprintf(c.progress, sizeof c.progress, "none");
+    Trainer tr;
+    int rc = trainer_init(&tr, &m, &t, &c);
+    if (!rc) rc = trainer_run(&tr, 2);   /* stop at the first checkpoint: its report is there */
+    char path[1100];
+    snprintf(path, sizeof path, "%s/report.html", out);
+    int at_ckpt = access(path, F_OK) == 0;
+    if (!rc) rc = trainer_run(&tr, 0);
+    trainer_free(&tr);
+    return rc ? -1 : at_ckpt;
+}
+
+static void test_trainer(void) {
+    char out[1024], path[1100];
+    snprintf(out, sizeof out, "%s/tr", root);
+    int at_ckpt = train_tiny(out, 1, 4);
+    TH_CHECK(at_ckpt == 1, "report.html after the first checkpoint (%d: %s)", at_ckpt, err_msg());
+    snprintf(path, sizeof path, "%s/report.html", out);
+    FILE *f = fopen(path, "rb");
+    char *html = NULL;
+    size_t n = 0;
+    if (f) fs_read_all(f, 0, &html, &n), fclose(f);
+    TH_CHECK(html && has_panel(html, "loss-step") && strstr(html, "4 of 4") && strstr(html, "final-eval"),
+             "the end's report shows the whole run");
+    const char *params = html ? strstr(html, "</td><td>") : NULL;   /* the cell after the model's */
+    TH_CHECK(html && strstr(html, " thread") && params && params[9] >= '1' && params[9] <= '9',
+             "threads and the parameter count from the start record");
+    free(html);
+    snprintf(out, sizeof out, "%s/tr0", root);
+    TH_CHECK(train_tiny(out, 0, 2) == 0, "report 0: no report.html");
+    snprintf(path, sizeof path, "%s/report.html", out);
+    TH_CHECK(access(path, F_OK) != 0, "report 0 wrote nothing");
+}
+
 int main(void) {
     th_name = "test_report";
     if (!mkdtemp(root)) { printf("FAIL: mkdtemp\n"); return 1; }
     test_full_run();
     test_overlay_and_escaping();
     test_bad_input();
+    test_trainer();
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) printf("note: could not remove %s\n", root);

@@ -299,7 +299,7 @@ static int read_log(const char *out, int *n_train, int *n_eval, int *steps, int 
         const Json *type = json_get(j, "type"), *step = json_get(j, "step");
         ok = ok && type && step && step->type == JSON_NUMBER && step->number >= 0 && step->number <= max_step;
         if (ok && !strcmp(type->string, "train")) (*n_train)++, steps[(int)step->number]++;
-        else if (ok) (*n_eval)++;
+        else if (ok && strcmp(type->string, "start")) (*n_eval)++;   /* one "start" per process: not counted */
         json_free(j);
         i = nl ? (size_t)(nl - text) + 1 : n;
     }
@@ -472,8 +472,9 @@ static void fp_iteration_convention(void) {
         for (size_t i = 0; ok && i < n;) {
             const char *nl = memchr(text + i, '\n', n - i);
             Json *j = NULL;
-            if (nl && json_parse(&j, text + i, (size_t)(nl - text - i)) == IM_OK) {
-                const Json *type = json_get(j, "type");
+            const Json *type = NULL;
+            if (nl && json_parse(&j, text + i, (size_t)(nl - text - i)) == IM_OK && (type = json_get(j, "type")) &&
+                strcmp(type->string, "start")) {   /* a process's "start" record is neither */
                 int train = type && !strcmp(type->string, "train");
                 const Json *it = json_get(j, train ? "fp_iters" : "iters");
                 const Json *ref = json_get(j, train ? "fp_iters_ref" : "iters_ref");

@@ -415,8 +415,27 @@ static void json_positions(JsonBuf *b, const EvalPos *pos, int n_pos) {
     json_buf_end_arr(b);
 }
 
+/* The per-token iteration histogram of a sequential row (nothing for a simultaneous one). */
+void eval_json_hist(JsonBuf *b, const EvalRow *r) {
+    if (r->mode == EVAL_SIMULTANEOUS || r->max_iter <= 0) return;
+    json_buf_key(b, "iter_hist");
+    json_buf_begin_arr(b);
+    for (int k = 0; k < EVAL_HIST_BINS; k++) json_buf_int(b, r->iter_hist[k]);
+    json_buf_end_arr(b);
+}
+
 int eval_write_json_pos(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n,
                         const char *metric, double thr, const EvalPos *pos, int n_pos) {
+    size_t len;
+    char *text = eval_json_text(ckpt, task, rows, n, metric, thr, pos, n_pos, &len);
+    if (!text) return err_set(IM_ENOMEM, "out of memory writing %s", path);
+    int rc = report_write_bytes(path, text, len);
+    free(text);
+    return rc;
+}
+
+char *eval_json_text(const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric, double thr,
+                     const EvalPos *pos, int n_pos, size_t *len) {
     JsonBuf b;
     json_buf_init(&b, 2);
     json_buf_begin_obj(&b);
@@ -455,6 +474,7 @@ int eval_write_json_pos(const char *path, const char *ckpt, const char *task, co
         if (r->agree >= 0) json_buf_kv_num(&b, "agree", r->agree);
         if (r->conv_sim >= 0) json_buf_kv_num(&b, "conv_sim", r->conv_sim);
         if (r->conv_seq >= 0) json_buf_kv_num(&b, "conv_seq", r->conv_seq);
+        eval_json_hist(&b, r);
         json_buf_kv_num(&b, "seconds", r->seconds);
         json_buf_end_obj(&b);
     }
@@ -462,7 +482,10 @@ int eval_write_json_pos(const char *path, const char *ckpt, const char *task, co
     if (n_pos > 0) json_positions(&b, pos, n_pos);
     json_buf_end_obj(&b);
     json_buf_append(&b, "\n", 1);
-    int rc = report_write_bytes(path, b.data, b.len);
-    json_buf_free(&b);
-    return rc;
+    if (b.failed) {
+        json_buf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;   /* the buffer's text, now the caller's */
 }

@@ -8,6 +8,7 @@
 #define IMPLICIT_EVALUATE_H
 
 #include "../data/task.h"
+#include "../io/json.h"
 #include "../models/model.h"
 
 /* Simultaneous: the whole sequence per forward (implicit models: the eval loop of spec §3.2).
@@ -99,7 +100,7 @@ void eval_length_summary(const EvalRow *rows, int n, const char *metric, double 
 int eval_write_csv(const char *path, const EvalRow *rows, int n);
 /* The curve as JSON: {"checkpoint", "task", "metric", "threshold", "longest_len", "first_fail_len",
  * "rows": [{len, p?, samples, loss, ppl?, tok_acc, last10_acc, seq_acc, chance?, scaled_acc?, mode,
- * max_iter?, iters?, agree?, conv_sim?, conv_seq?, seconds}]} with len "val" plus len_min / len_max for the val mix.
+ * max_iter?, iters?, agree?, conv_sim?, conv_seq?, iter_hist?, seconds}]} with len "val" plus len_min / len_max for the val mix.
  * ckpt, task may be NULL (left out); metric NULL leaves out metric, threshold and the length
  * summary (language models have no accuracy criterion). A report (io/atomic.h; "-" = stdout). */
 int eval_write_json(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric,
@@ -108,5 +109,13 @@ int eval_write_json(const char *path, const char *ckpt, const char *task, const 
  * "buckets": [{lo, hi, tokens, loss, ppl}]}] when n_pos > 0. */
 int eval_write_json_pos(const char *path, const char *ckpt, const char *task, const EvalRow *rows, int n,
                         const char *metric, double thr, const EvalPos *pos, int n_pos);
+/* The same JSON as text (malloc'ed, *len bytes, NUL-terminated; NULL when out of memory), for
+ * readers in the same process (`implicit eval --report`, the demo's report). */
+char *eval_json_text(const char *ckpt, const char *task, const EvalRow *rows, int n, const char *metric, double thr,
+                     const EvalPos *pos, int n_pos, size_t *len);
+/* "iter_hist": [10 counts] of a sequential row of an implicit model (nothing otherwise), in a
+ * JSON row being written (eval files and the training log). */
+void eval_json_hist(JsonBuf *b, const EvalRow *r);
+
 
 #endif

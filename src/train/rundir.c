@@ -57,7 +57,7 @@ void rundir_release(FILE *lock) {
 
 /* The run's files: each must be a regular file where it exists. A fresh run refuses a folder that
  * holds results (a checkpoint or a non-empty log; config.json alone is only a run that never
- * logged a step) unless overwrite, which deletes them all. */
+ * logged a step, report.html only a picture) unless overwrite, which deletes them all. */
 static int check_files(const char *dir, int fresh, int overwrite) {
     char found[256] = "", path[4200];
     for (int i = 0; RUN_FILES[i]; i++) {
@@ -65,7 +65,8 @@ static int check_files(const char *dir, int fresh, int overwrite) {
         join(path, sizeof path, dir, RUN_FILES[i]);
         if (lstat(path, &st) != 0) continue;
         if (!S_ISREG(st.st_mode)) return err_set(IM_EIO, "'%s' is not a regular file; the run cannot write it", path);
-        if (st.st_size == 0 || !strcmp(RUN_FILES[i], "config.json")) continue;
+        /* config.json alone is a run that never logged; report.html is only a picture of the others */
+        if (st.st_size == 0 || !strcmp(RUN_FILES[i], "config.json") || !strcmp(RUN_FILES[i], "report.html")) continue;
         size_t k = strlen(found);
         snprintf(found + k, sizeof found - k, "%s%s", k ? ", " : "", RUN_FILES[i]);
     }

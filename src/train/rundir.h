@@ -23,7 +23,8 @@
 #include <stdio.h>
 
 /* The files one run writes into its folder, listed once. */
-#define RUNDIR_FILES(X) X("config.json") X("log.jsonl") X("model.safetensors") X("best.safetensors") X("state.safetensors")
+#define RUNDIR_FILES(X) \
+    X("config.json") X("log.jsonl") X("model.safetensors") X("best.safetensors") X("state.safetensors") X("report.html")
 #define RUNDIR_LOCK ".lock"
 
 /* Create dir if needed and claim it (see the top). resume_step < 0: a fresh run (refused when the

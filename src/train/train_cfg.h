@@ -40,7 +40,8 @@
     X(INT, diverge_window, 100, "divergence: recent healthy steps in the running medians")             \
     X(INT, diverge_warmup, 20, "divergence: healthy steps before the check starts (again after resume or a curriculum switch)") \
     X(INT, diverge_steps, 10, "divergence: consecutive steps above a threshold that stop the run (or are skipped)") \
-    X(STR, progress, "auto", "auto | bar | plain | none")
+    X(STR, progress, "auto", "auto | bar | plain | none")                                              \
+    X(INT, report, 1, "1 = write report.html (plots of the run) into the out folder at each checkpoint and at the end")
 
 /* X(key, lo, hi): the range of every integer key, checked first (core/keytab.h). */
 #define TRAIN_CFG_BOUNDS(X)                                                                            \
@@ -48,7 +49,7 @@
     X(decay_embeddings, 0, 1) X(seed, -2147483647, 2147483647) X(threads, 0, 4096)                     \
     X(log_every, 1, 1 << 30) X(eval_every, 0, 1 << 30) X(eval_batch, 1, 65536) X(gap_samples, 0, 1 << 30) \
     X(gap_max_iter, 2, 1 << 20) X(ckpt_every, 0, 1 << 30) \
-    X(overwrite, 0, 1) X(diverge_window, 1, 100000) X(diverge_warmup, 0, 1 << 30) X(diverge_steps, 1, 100000)
+    X(overwrite, 0, 1) X(report, 0, 1) X(diverge_window, 1, 100000) X(diverge_warmup, 0, 1 << 30) X(diverge_steps, 1, 100000)
 
 typedef struct {
     TRAIN_CFG_KEYS(KEY_FIELD)

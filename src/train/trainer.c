@@ -16,6 +16,7 @@
 #include "../models/ckpt.h"
 #include "dist.h"
 #include "progress.h"
+#include "run_report.h"
 #include "rundir.h"
 #include "sched.h"
 
@@ -349,6 +350,7 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     if (r->agree >= 0) { json_buf_key(&b, "agree"); json_buf_num(&b, r->agree); }
     if (r->conv_sim >= 0) { json_buf_key(&b, "conv_sim"); json_buf_num(&b, r->conv_sim); }
     if (r->conv_seq >= 0) { json_buf_key(&b, "conv_seq"); json_buf_num(&b, r->conv_seq); }
+    eval_json_hist(&b, r);
     json_buf_end_obj(&b);
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
@@ -588,6 +590,42 @@ static int check_replicas(const Trainer *t) {
     return dist_agree(rc);
 }
 
+/* The "start" record of a training process: what the report's header needs and the log lacks
+ * (parameters, host, threads, build). A resumed run adds one per process. */
+static void log_start(Trainer *t) {
+    if (!t->log) return;
+    char host[160], build[96];
+    run_report_host_cpu(host, sizeof host);
+    snprintf(build, sizeof build, "blas=%s, threads=%s", k_blas_name(), k_omp_name());
+    JsonBuf b;
+    json_buf_init(&b, 0);
+    json_buf_begin_obj(&b);
+    json_buf_kv_str(&b, "type", "start");
+    json_buf_kv_int(&b, "step", t->step);
+    json_buf_kv_int(&b, "params", (int64_t)ptab_count(&t->model.tab));
+    json_buf_kv_int(&b, "threads", k_get_threads());
+    json_buf_kv_int(&b, "processes", dist_size());
+    json_buf_kv_str(&b, "host_cpu", host);
+    json_buf_kv_str(&b, "build", build);
+    json_buf_end_obj(&b);
+    fprintf(t->log, "%s\n", b.data);
+    fflush(t->log);
+    json_buf_free(&b);
+}
+
+/* report.html in the run folder (train key `report`): a picture of the run so far. Rendering
+ * reads the log back (milliseconds for thousands of records); a failure is a warning, never the
+ * end of the run. */
+static void write_report(Trainer *t, Progress *pg) {
+    if (!t->log || !t->cfg.report) return;
+    fflush(t->log);
+    if (run_report_folder(t->cfg.out) == IM_OK) return;
+    char msg[600];
+    snprintf(msg, sizeof msg, "warning: %s/report.html not written: %s", t->cfg.out, err_msg());
+    if (pg) progress_note(pg, msg);
+    else fprintf(stderr, "%s\n", msg);
+}
+
 int trainer_run(Trainer *t, int stop_at) {
     int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK, P = dist_size();
     /* a data-parallel rank generates all grad_accum shards of a step first (their target counts
@@ -597,6 +635,7 @@ int trainer_run(Trainer *t, int stop_at) {
     float *gacc = P > 1 && t->cfg.grad_accum > 1 ? xmalloc(sizeof(float) * t->model.tab.total) : NULL;
     Progress pg;
     progress_init(&pg, dist_rank() == 0 ? t->cfg.progress : "none", t->cfg.steps, t->step);
+    log_start(t);
     double t0 = timer_now(), t_log = t0;
     long tokens_since_log = 0;
     int kind = sched_parse(t->cfg.schedule);
@@ -666,8 +705,10 @@ int trainer_run(Trainer *t, int stop_at) {
                      t->cfg.best_metric, t->last_score, t->best, t->best_step);
             if (pg.mode != PROGRESS_NONE) progress_note(&pg, msg);   /* above the bar */
         }
-        if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps)
+        if (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0 && t->step < t->cfg.steps) {
             if ((rc = dist_agree(trainer_save(t)))) break;
+            write_report(t, &pg);
+        }
         if (t->step % t->cfg.log_every == 0) t_log = timer_now();   /* tok/s excludes eval and saving */
     }
     if (!rc && t->step == t->cfg.steps) {
@@ -675,6 +716,12 @@ int trainer_run(Trainer *t, int stop_at) {
         if (!rc) rc = dist_agree(trainer_save(t));
     }
     progress_done(&pg);
+    if (t->log) {   /* also after a failed step: the picture shows where it went wrong */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", err_msg());
+        write_report(t, NULL);
+        if (rc) err_set(rc, "%s", why);   /* the run's own error stays the message */
+    }
     if (!rc && P > 1) rc = check_replicas(t);
     free(ids);
     free(tg);

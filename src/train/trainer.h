@@ -7,7 +7,8 @@
  *
  * Files in cfg.out:
  *   config.json        all three configs (what --resume reads back)
- *   log.jsonl          one object per logged step and per evaluation
+ *   log.jsonl          one object per logged step and per evaluation, and a "start" record per process
+ *   report.html        plots of the run so far (train/run_report.h; at checkpoints and the end; report 0: none)
  *   model.safetensors  the latest weights (+ metadata: step, task and train config)
  *   best.safetensors   the weights with the best eval metric so far
  *   state.safetensors  everything resume needs: weights, AdamW moments, step, RNG state.
