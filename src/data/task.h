@@ -60,9 +60,7 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
 /* X(type, name, default, help) with type INT | FLOAT | STR (core/keytab.h): the one list of task
  * keys. It drives the TaskCfg struct, defaults, `--key value` parsing, JSON and the printed config. */
 #define TASK_CFG_KEYS(X)                                                                                  \
-    X(STR, task, "word", "word = G x M word problem with p (implicit-lm 8) | ios = Illusion-of-State format (fp-rnn 6.1) " \
-                         "| copy (6.2) | parity | even_pairs | cycle_navigation | modular_arithmetic "                     \
-                         "| modular_arithmetic_brackets (6.3) | catbabi (6.4) | lm (a token file)")                                            \
+    X(STR, task, "word", "task family")                                                                  \
     X(STR, group, "A5", "word, ios: group G: S<n>, A<n>, Z<n> or a direct product like A4xZ5 (at most 5040 elements)") \
     X(STR, monoid, "aperiodic", "word task: monoid M = aperiodic {E,A,B,X} | trivial (vocab |G|)")        \
     X(FLOAT, p, 0.9, "word task: probability that a token's group part is the identity")                 \
@@ -135,6 +133,7 @@ const Group *task_group(const Task *t);   /* tasks without a group: Z1, named "-
 int task_is_ios(const Task *t);
 int task_kind(const Task *t);              /* TaskKind */
 const char *task_kind_name(int kind);      /* the `task` key's value */
+const char *task_names(void);              /* "word | ios | ... | lm", from the table of families */
 /* One line for logs: "copy: V 26, L 5..50, context 256". Returns snprintf's count. */
 int task_describe(const Task *t, char *buf, size_t cap);
 

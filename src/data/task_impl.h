@@ -1,6 +1,7 @@
-/* task_impl.h: the Task struct and the per-family generator entry points, shared by task.c (config,
- * dispatch, word problems, scoring) and the task families in tasks_copy.c, tasks_formal.c and
- * babi.c. Private to src/data/: programs use task.h. */
+/* task_impl.h: the Task struct, the TaskOps row every family provides, and the families' own entry
+ * points, shared by task.c (config, the table, batches, scoring) and the families (tasks_group.c,
+ * tasks_copy.c, tasks_formal.c, tasks_babi.c, tasks_lm.c). Private to src/data/ (and to the tests
+ * that define a family of their own): programs use task.h. */
 #ifndef IMPLICIT_TASK_IMPL_H
 #define IMPLICIT_TASK_IMPL_H
 
@@ -12,8 +13,57 @@
 /* Stream tags: training and evaluation rows come from disjoint hash inputs and PCG streams. */
 enum { STREAM_TRAIN = 1, STREAM_EVAL = 2 };
 
+/* One task family: everything task.c needs to know about it (docs/extending.md). The rows of the
+ * TaskKind enum are listed in task.c (TASKS); each row lives in its family's file. Functions may
+ * be NULL where said. */
+typedef struct TaskOps {
+    const char *name;       /* the `task` key's value */
+    const char *help;       /* its entry in the key's help */
+    int uses_group;         /* the group and monoid keys apply (word, ios); the others get Z1 */
+    int uses_monoid;        /* the monoid M is built from the key (word), else trivial */
+    int uses_p;             /* evaluated at the eval_ps values (word), else at p = -1 */
+    int formal;             /* answer-only formal task: eval length 'val', chance 1/modulus */
+    int min_train_len;      /* smallest train_len (0 = 1) */
+    const char *metric;     /* the length metric: "seq_acc" | "tok_acc" | "loss" */
+    /* defaults of the "0 = task default" keys min_len, max_len, context, modulus */
+    int def_min_len, def_max_len, def_context, def_modulus;
+    /* family key checks, after the shared ones (bounds, group, train_len, eval lists) | NULL */
+    int (*check)(const TaskCfg *c, const struct TaskOps *ops, int kind);
+    int (*create)(Task *t);                 /* set t->V (open data files); status */
+    int (*finish)(const Task *t);           /* once the eval lengths are known | NULL */
+    void (*default_evals)(Task *t);         /* t->lens (t->ps is {-1} unless set here) */
+    int (*seq_len)(const Task *t, int len); /* model positions of an eval row at length len */
+    int (*train_seq_len)(const Task *t);    /* model positions of a training row */
+    void (*train_row)(const Task *t, Rng *r, int T, int *ids, int *tg);
+    /* index: the row's number in the evaluation stream (windowed tasks read it, not r) */
+    void (*eval_row)(const Task *t, Rng *r, int len, float p, int64_t index, int T, int *ids, int *tg);
+    long long (*eval_count)(const Task *t, int len); /* distinct eval rows at len >= 1 | NULL = unbounded */
+    void (*len_range)(const Task *t, int len, int *lo, int *hi); /* lengths an eval row spans | NULL = len */
+    int (*describe)(const Task *t, char *buf, size_t cap);
+    int (*token_str)(const Task *t, int id, char *buf, size_t cap);
+} TaskOps;
+
+extern const TaskOps task_word_ops, task_ios_ops, task_copy_ops, task_catbabi_ops, task_lm_ops;
+extern const TaskOps task_parity_ops, task_even_pairs_ops, task_cycle_ops, task_modarith_ops, task_brackets_ops;
+
+/* A task of a family given by its row rather than by cfg->task (a family outside the table, e.g. a
+ * test's); kind is what task_kind reports. Same contract as task_create. */
+int task_create_ops(Task **out, const TaskOps *ops, int kind, const TaskCfg *c);
+/* The key checks of every task that is not a group task (eval_pad), for the rows' check. */
+int task_check_eval_pad(const TaskCfg *c);
+/* Add L to t->lens unless present (default_evals helpers). */
+void task_add_len(Task *t, int L);
+/* The "0 = task default" keys min_len, max_len, context, modulus, resolved with the row's defaults. */
+void task_resolve(const TaskCfg *c, const TaskOps *ops, int *Lmin, int *Lmax, int *C, int *K);
+/* Rows shared by the windowed tasks (catbabi, lm): T = len, train rows of the context, one
+ * eval length (the context). */
+int task_len_as_is(const Task *t, int len);
+int task_context_len(const Task *t);
+void task_context_evals(Task *t);
+
 struct Task {
     TaskCfg cfg;
+    const TaskOps *ops;           /* its family's row */
     int kind;                     /* TaskKind */
     int ios;                      /* kind == TASK_IOS (kept for the word-problem code paths) */
     Group G;                      /* word problems: the group; other tasks: Z1, named "-" */

@@ -12,6 +12,7 @@
  * k..k+L-1 are scored against s (each predicts the next token), nothing else — so token
  * accuracy is the reference's character accuracy and sequence accuracy its string accuracy.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,3 +73,57 @@ void copy_eval_row(const Task *t, Rng *r, int len, int T, int *ids, int *tg) {
     for (int i = 0; i < T; i++) tg[i] = TASK_IGNORE;
     for (int i = 0; i < len; i++) tg[len + 1 + i] = ids[len + 2 + i];   /* p[k + i] predicts s_i */
 }
+
+/* ---- the row ------------------------------------------------------------------------------------- */
+
+static int copy_check(const TaskCfg *c, const TaskOps *ops, int kind) {
+    (void)kind;
+    int rc = task_check_eval_pad(c), Lmin, Lmax, C, K;
+    if (rc) return rc;
+    task_resolve(c, ops, &Lmin, &Lmax, &C, &K);
+    if (Lmin < 1 || Lmax < Lmin)
+        return err_set(IM_EINVAL, "task keys 'min_len', 'max_len': need 1 <= min_len <= max_len (got %d, %d)", Lmin, Lmax);
+    if (C < 2 * Lmax + 3)
+        return err_set(IM_EINVAL,
+                       "task key 'context': %d cannot hold a copy example of length max_len %d (needs >= 2 max_len + 3 = %d)",
+                       C, Lmax, 2 * Lmax + 3);
+    return IM_OK;
+}
+
+static int copy_create(Task *t) {
+    t->V = t->cfg.alphabet + 4;
+    return IM_OK;
+}
+
+static void copy_evals(Task *t) {   /* the paper's range reaches 2 L_max ("x2") */
+    for (int m = 1; m <= 4; m++) task_add_len(t, m * t->Lmax / 2 > 0 ? m * t->Lmax / 2 : 1);
+}
+
+static int copy_train_len(const Task *t) { return t->C - 1; }
+
+static void copy_train(const Task *t, Rng *r, int T, int *ids, int *tg) {
+    (void)T;
+    copy_train_row(t, r, ids, tg);
+}
+
+static void copy_eval(const Task *t, Rng *r, int len, float p, int64_t index, int T, int *ids, int *tg) {
+    (void)p, (void)index;
+    copy_eval_row(t, r, len, T, ids, tg);
+}
+
+static int copy_describe(const Task *t, char *buf, size_t cap) {
+    return snprintf(buf, cap, "copy: %d letters, lengths %d..%d, context %d", t->cfg.alphabet, t->Lmin, t->Lmax, t->C);
+}
+
+static int copy_token_str(const Task *t, int id, char *buf, size_t cap) {
+    int V = t->cfg.alphabet;
+    if (id >= V) return snprintf(buf, cap, "%c", "$|.*"[id - V]);
+    return V <= 26 ? snprintf(buf, cap, "%c", 'a' + id) : snprintf(buf, cap, "l%d", id);
+}
+
+const TaskOps task_copy_ops = {
+    .name = "copy", .help = "copy (6.2)", .metric = "seq_acc", .def_min_len = 5, .def_max_len = 50,
+    .def_context = 256, .def_modulus = 2, .check = copy_check, .create = copy_create, .default_evals = copy_evals,
+    .seq_len = copy_seq_len, .train_seq_len = copy_train_len, .train_row = copy_train, .eval_row = copy_eval,
+    .describe = copy_describe, .token_str = copy_token_str,
+};

@@ -174,3 +174,60 @@ int formal_token_str(const Task *t, int id, char *buf, size_t cap) {
         return snprintf(buf, cap, "%s", (const char *[]){"+", "-", "*", "(", ")", "=", "[PAD]"}[id - K]);
     }
 }
+
+/* ---- the rows: one per formal task, the same functions --------------------------------------- */
+
+/* Shortest training length a formal task accepts (parity, cycle: one token before the answer). */
+static int formal_min(int kind) { return kind == TASK_PARITY || kind == TASK_CYCLE ? 2 : 3; }
+
+static int formal_check(const TaskCfg *c, const TaskOps *ops, int kind) {
+    int rc = task_check_eval_pad(c), Lmin, Lmax, C, K, m = formal_min(kind);
+    if (rc) return rc;
+    task_resolve(c, ops, &Lmin, &Lmax, &C, &K);
+    if (Lmin < m || Lmax < Lmin)
+        return err_set(IM_EINVAL, "task keys 'min_len', 'max_len': %s needs %d <= min_len <= max_len (got %d, %d)",
+                       ops->name, m, Lmin, Lmax);
+    if (Lmax > C) return err_set(IM_EINVAL, "task key 'context': %d is shorter than max_len %d", C, Lmax);
+    if (c->val_min < m || c->val_max < c->val_min || c->val_max > TASK_MAX_CONTEXT)
+        return err_set(IM_EINVAL, "task keys 'val_min', 'val_max': need %d <= val_min <= val_max <= %d (got %d, %d)", m,
+                       TASK_MAX_CONTEXT, c->val_min, c->val_max);
+    if ((kind == TASK_PARITY || kind == TASK_EVEN_PAIRS) && K != 2)
+        return err_set(IM_EINVAL, "task key 'modulus': %s is binary (0 or 2, got %d)", ops->name, c->modulus);
+    if (K < 2 || K > 1000) return err_set(IM_EINVAL, "task key 'modulus': %d out of range 2..1000", K);
+    return IM_OK;
+}
+
+static int formal_create(Task *t) {
+    t->V = formal_vocab(t->kind, t->modulus);
+    return IM_OK;
+}
+
+static void formal_evals(Task *t) {   /* the val mix, then doubling lengths up to the context */
+    t->lens[t->n_lens++] = TASK_LEN_VAL;
+    for (int L = t->Lmax / 2 > 3 ? t->Lmax / 2 : 3; L < t->C; L *= 2) task_add_len(t, L);
+    task_add_len(t, t->C);
+}
+
+static int formal_train_len(const Task *t) { return t->C - 1; }
+
+static void formal_eval(const Task *t, Rng *r, int len, float p, int64_t index, int T, int *ids, int *tg) {
+    (void)p, (void)index;
+    formal_eval_row(t, r, len, T, ids, tg);
+}
+
+static int formal_describe(const Task *t, char *buf, size_t cap) {
+    return snprintf(buf, cap, "%s: modulus %d, lengths %d..%d, context %d", t->ops->name, t->modulus, t->Lmin, t->Lmax,
+                    t->C);
+}
+
+#define FORMAL_ROW(nm, hlp, modulus)                                                                   \
+    {.name = nm, .help = hlp, .formal = 1, .metric = "tok_acc", .def_min_len = 3, .def_max_len = 40,    \
+     .def_context = 256, .def_modulus = modulus, .check = formal_check, .create = formal_create,          \
+     .default_evals = formal_evals, .seq_len = formal_seq_len, .train_seq_len = formal_train_len,        \
+     .train_row = formal_train_row, .eval_row = formal_eval, .len_range = formal_len_range,              \
+     .describe = formal_describe, .token_str = formal_token_str}
+const TaskOps task_parity_ops = FORMAL_ROW("parity", "parity", 2);
+const TaskOps task_even_pairs_ops = FORMAL_ROW("even_pairs", "even_pairs", 2);
+const TaskOps task_cycle_ops = FORMAL_ROW("cycle_navigation", "cycle_navigation", 6);
+const TaskOps task_modarith_ops = FORMAL_ROW("modular_arithmetic", "modular_arithmetic", 5);
+const TaskOps task_brackets_ops = FORMAL_ROW("modular_arithmetic_brackets", "modular_arithmetic_brackets (6.3)", 5);

@@ -82,3 +82,34 @@ int lm_token_str(const Task *t, int id, char *buf, size_t cap) {
     if (id >= 0x20 && id < 0x7f) return snprintf(buf, cap, "%c", id);
     return snprintf(buf, cap, "\\x%02x", id);
 }
+
+/* ---- the row ------------------------------------------------------------------------------------- */
+
+static int lm_cfg_check(const TaskCfg *c, const TaskOps *ops, int kind) {
+    (void)ops, (void)kind;
+    int rc = task_check_eval_pad(c);
+    if (rc) return rc;
+    if (!c->data[0])
+        return err_set(IM_EINVAL, "task lm: task key 'data' must name a token file (make one with `implicit data prepare`)");
+    return IM_OK;
+}
+
+static void lm_train(const Task *t, Rng *r, int T, int *ids, int *tg) {
+    (void)T;
+    lm_train_row(t, r, ids, tg);
+}
+
+static void lm_eval(const Task *t, Rng *r, int len, float p, int64_t index, int T, int *ids, int *tg) {
+    (void)r, (void)p, (void)T;
+    lm_eval_row(t, len, index, ids, tg);
+}
+
+static long long lm_count(const Task *t, int len) { return (long long)lm_eval_windows(t, len); }
+
+const TaskOps task_lm_ops = {
+    .name = "lm", .help = "lm (a token file)", .metric = "loss", .def_min_len = 3, .def_max_len = 40,
+    .def_context = 256, .def_modulus = 2, .check = lm_cfg_check, .create = lm_create, .finish = lm_check,
+    .default_evals = task_context_evals, .seq_len = task_len_as_is, .train_seq_len = task_context_len,
+    .train_row = lm_train, .eval_row = lm_eval, .eval_count = lm_count, .describe = lm_describe,
+    .token_str = lm_token_str,
+};

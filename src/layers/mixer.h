@@ -51,7 +51,7 @@
 #define MIXER_ENUM_ID(id, name) id,
 typedef enum { MIXER_LIST(MIXER_ENUM_ID) MIX_N_TYPE } MixerType;
 typedef enum { MIXER_AC_LIST(MIXER_ENUM_ID) MIX_N_AC } MixerAc;
-#define MIX_N_SIMPLE (MIX_SELECTIVEDENSE + 1) /* the simple mixers come first in MIXER_LIST */
+#define MIX_N_SIMPLE MIX_NONSELECTIVE /* the simple mixers come first in MIXER_LIST, then the composite ones */
 
 #define MIX_MAX_SUB 16  /* mixture terms (mixer_rank) */
 #define MIX_MAX_PROJ 32 /* projections of one mixer (two per term) */
