@@ -227,11 +227,8 @@ static const OptSpec EVAL_OPTS[] = {
     OPT(EvalArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
     OPT(EvalArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
 };
-/* evaluation-time model keys: iteration caps, tolerances, sequential solver options, noise */
-static const char *const EVAL_MODEL_KEYS[] = {"tau", "f_tol", "eval_f_tol", "eval_factor", "eval_f_max_iter", "ema_alpha",
-                                              "seq_warm_start", "seq_solver", "anderson_m", "anderson_lambda",
-                                              "broyden_m", "latent_noise_db", "state_noise_db", "noise_mode",
-                                              "noise_seed", "fp_eval_cap", "fp_threshold", NULL};
+/* evaluation-time model keys (config.h MODEL_EVAL_KEYS) */
+static const char *const EVAL_MODEL_KEYS[] = {MODEL_EVAL_KEYS(MODEL_KEY_NAME) NULL};
 static const OptKeys EVAL_KEYS[] = {{&task_keytab, NULL, 1}, {&model_keytab, EVAL_MODEL_KEYS, 1}};
 const CmdSpec eval_cmd = {
     "eval", "CKPT [--key value ...]", "evaluate a checkpoint at several lengths / p values",

@@ -3,8 +3,8 @@
  * 1. A task family written only here (a TaskOps row, "echo": the target of each token is the token
  *    itself) runs through the generic task code exactly as a listed family does: config checks,
  *    default eval lengths, batches, determinism, describe, scoring metric, token names.
- * 2. The tables: every listed task and mixer name round-trips, and the messages for an unknown
- *    one list them all.
+ * 2. The tables: every listed task, mixer and solver name round-trips, every solver has a row,
+ *    and the messages for an unknown name list the table's names.
  * 3. The recipes name real files: every `src/...`, `tests/...` or `docs/...` path written in
  *    docs/extending.md exists, so the document cannot drift from the tree unnoticed.
  * Runs from the repository root (tests/run.sh).
@@ -16,7 +16,9 @@
 
 #include "../src/core/check.h"
 #include "../src/data/task_impl.h"
+#include "../src/fixedpoint/fp.h"
 #include "../src/layers/mixer.h"
+#include "../src/models/config.h"
 #include "th.h"
 
 /* ---- the echo task: letters 0..alphabet-1, target = input ---------------------------------------- */
@@ -124,6 +126,25 @@ static void test_tables(void) {
     TH_CHECK(task_cfg_validate(&c) == IM_EINVAL && !strcmp(err_msg(), want), "unknown task: '%s'", err_msg());
     TH_CHECK(strstr(mixer_type_names(), "householder | dplr") == mixer_type_names(), "mixer names: '%s'",
              mixer_type_names());
+    /* solvers: each use lists its own, every listed name parses back, every solver has a row */
+    TH_CHECK(!strcmp(fp_solver_names(FP_USE_SOLVE), "fixed_point_iter | anderson | broyden") &&
+                 !strcmp(fp_solver_names(FP_USE_SEQ), "loop | anderson | broyden"),
+             "solver names: '%s' / '%s'", fp_solver_names(FP_USE_SOLVE), fp_solver_names(FP_USE_SEQ));
+    TH_CHECK(fp_solver_parse("loop", FP_USE_SOLVE) == -1 && fp_solver_parse("loop", FP_USE_SEQ) == FP_EVALLOOP &&
+                 fp_solver_parse("broyden", FP_USE_SOLVE) == FP_BROYDEN && fp_solver_parse(NULL, FP_USE_SEQ) == -1,
+             "solver parse");
+    for (int s = 0; s < FP_N_SOLVER; s++) {
+        FpOpts o;
+        fp_opts_default(&o);
+        o.solver = (FpSolver)s;
+        TH_CHECK(fp_scratch_floats(&o, 64, 2) >= 64, "solver %d: scratch %zu", s, fp_scratch_floats(&o, 64, 2));
+    }
+    ModelCfg mc;
+    cfg_defaults(&mc);
+    snprintf(mc.model, sizeof mc.model, "implicit_mamba2");
+    snprintf(mc.f_solver, sizeof mc.f_solver, "loop");
+    snprintf(want, sizeof want, "config key 'f_solver': unknown 'loop' (%s)", fp_solver_names(FP_USE_SOLVE));
+    TH_CHECK(cfg_validate(&mc) == IM_EINVAL && !strcmp(err_msg(), want), "f_solver message: '%s'", err_msg());
 }
 
 /* ---- the recipes name real files ----------------------------------------------------------------- */

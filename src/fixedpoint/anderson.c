@@ -96,6 +96,12 @@ static void sample_mix(float *X, const float *F, const double *alpha, size_t n, 
     }
 }
 
+size_t fp_anderson_scratch(const FpOpts *o, size_t n, int nb) {
+    CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M, "anderson_m=%d outside [1, %d]", o->anderson_m,
+          FP_ANDERSON_MAX_M);
+    return 2 * (size_t)o->anderson_m * n + fp_track_floats(nb);
+}
+
 int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
     size_t n = m->n, d = n / (size_t)m->nb;
     int mm = o->anderson_m, nb = m->nb;

@@ -59,6 +59,12 @@ static int all_finite(const float *a, size_t d) {
     return 1;
 }
 
+size_t fp_broyden_scratch(const FpOpts *o, size_t n, int nb) {
+    CHECK(o->broyden_m >= 1 && o->broyden_m <= FP_BROYDEN_MAX_M, "broyden_m=%d outside [1, %d]", o->broyden_m,
+          FP_BROYDEN_MAX_M);
+    return (2 * (size_t)o->broyden_m + 5) * n + fp_track_floats(nb);
+}
+
 int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
     size_t n = m->n, d = n / (size_t)m->nb;
     int mm = o->broyden_m, nb = m->nb;

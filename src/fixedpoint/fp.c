@@ -13,6 +13,7 @@
 #include "fp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/check.h"
@@ -30,24 +31,6 @@ void fp_opts_default(FpOpts *o) {
     o->anderson_beta = 1.0;
     o->ema_alpha = 0.0;
     o->broyden_m = 8;
-}
-
-size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb) {
-    CHECK(o && nb >= 1, "fp_scratch_floats: NULL options or nb=%d", nb);
-    switch (o->solver) {
-    case FP_PICARD: return 2 * n + fp_track_floats(nb);
-    case FP_ANDERSON:
-        CHECK(o->anderson_m >= 1 && o->anderson_m <= FP_ANDERSON_MAX_M,
-              "anderson_m=%d outside [1, %d]", o->anderson_m, FP_ANDERSON_MAX_M);
-        return 2 * (size_t)o->anderson_m * n + fp_track_floats(nb);
-    case FP_BROYDEN:
-        CHECK(o->broyden_m >= 1 && o->broyden_m <= FP_BROYDEN_MAX_M,
-              "broyden_m=%d outside [1, %d]", o->broyden_m, FP_BROYDEN_MAX_M);
-        return (2 * (size_t)o->broyden_m + 5) * n + fp_track_floats(nb);
-    case FP_EVALLOOP: return o->ema_alpha > 0 ? 2 * n : n;
-    }
-    CHECK(0, "fp_scratch_floats: unknown solver %d", (int)o->solver);
-    return 0;
 }
 
 /* ---- Picard: torchdeq fixed_point_iter ------------------------------------------------------ */
@@ -169,6 +152,57 @@ static int evalloop(const FpMap *m, float *z, const FpOpts *o, FpStats *st, floa
     return IM_OK;
 }
 
+/* ---- the table: one row per FP_SOLVER_LIST entry ------------------------------------------------ */
+
+static size_t picard_scratch(const FpOpts *o, size_t n, int nb) { (void)o; return 2 * n + fp_track_floats(nb); }
+static size_t evalloop_scratch(const FpOpts *o, size_t n, int nb) { (void)nb; return o->ema_alpha > 0 ? 2 * n : n; }
+
+/* Adding a solver: its FP_SOLVER_LIST entry (fp.h), its file with the two functions, its row here. */
+typedef struct {
+    size_t (*scratch)(const FpOpts *o, size_t n, int nb);      /* floats of scratch (fp_scratch_floats) */
+    int (*solve)(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch); /* fp_solve */
+} SolverOps;
+
+static const SolverOps SOLVERS[] = {
+    [FP_PICARD] = {picard_scratch, picard},
+    [FP_EVALLOOP] = {evalloop_scratch, evalloop},
+    [FP_ANDERSON] = {fp_anderson_scratch, fp_anderson},
+    [FP_BROYDEN] = {fp_broyden_scratch, fp_broyden},
+};
+#define FP_SOLVER_NAME(id, nm, u) [id] = {nm, u},
+static const struct {
+    const char *name;
+    int use; /* FP_USE_* */
+} NAMES[] = {FP_SOLVER_LIST(FP_SOLVER_NAME)};
+#undef FP_SOLVER_NAME
+_Static_assert(sizeof SOLVERS / sizeof SOLVERS[0] == FP_N_SOLVER, "one row per FpSolver");
+_Static_assert(sizeof NAMES / sizeof NAMES[0] == FP_N_SOLVER, "one name per FpSolver");
+
+static const SolverOps *row(FpSolver s) {
+    CHECK((int)s >= 0 && s < FP_N_SOLVER && SOLVERS[s].solve, "unknown solver %d", (int)s);
+    return &SOLVERS[s];
+}
+
+const char *fp_solver_names(int use) {
+    static char buf[4][96];
+    char *b = buf[use & 3];
+    if (!b[0])
+        for (int i = 0, at = 0; i < FP_N_SOLVER; i++)
+            if (NAMES[i].use & use) at += snprintf(b + at, sizeof buf[0] - (size_t)at, "%s%s", at ? " | " : "", NAMES[i].name);
+    return b;
+}
+
+int fp_solver_parse(const char *name, int use) {
+    for (int i = 0; name && i < FP_N_SOLVER; i++)
+        if ((NAMES[i].use & use) && !strcmp(name, NAMES[i].name)) return i;
+    return -1;
+}
+
+size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb) {
+    CHECK(o && nb >= 1, "fp_scratch_floats: NULL options or nb=%d", nb);
+    return row(o->solver)->scratch(o, n, nb);
+}
+
 /* ---- entry points ---------------------------------------------------------------------------- */
 
 static void check_map(const FpMap *m) {
@@ -206,13 +240,8 @@ int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scra
     CHECK(z && o && scratch, "fp_solve: NULL z, options or scratch");
     int rc = check_opts(o);
     if (rc) return rc;
-    switch (o->solver) {
-    case FP_PICARD: return picard(m, z, o, st, scratch);
-    case FP_ANDERSON: return fp_anderson(m, z, o, st, scratch);
-    case FP_BROYDEN: return fp_broyden(m, z, o, st, scratch);
-    case FP_EVALLOOP: return evalloop(m, z, o, st, scratch);
-    }
-    return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);
+    if ((int)o->solver < 0 || o->solver >= FP_N_SOLVER) return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);
+    return row(o->solver)->solve(m, z, o, st, scratch);
 }
 
 /* The adjoint map h(y) = g + y·J, built on the model's vjp_z. */

@@ -60,7 +60,19 @@ typedef struct {
     void (*vjp_z)(void *ctx, float *dz, const float *g);
 } FpMap;
 
-typedef enum { FP_PICARD = 0, FP_ANDERSON = 1, FP_EVALLOOP = 2, FP_BROYDEN = 3 } FpSolver;
+/* The solvers, listed once: id, config name, and where a config may choose it: FP_USE_SOLVE for the
+ * whole-sequence solves (model keys f_solver, b_solver), FP_USE_SEQ for the per-token solve of the
+ * sequential mode (seq_solver). Each has a row (scratch size, solve) in fp.c's SOLVERS; the key
+ * names, their help and their messages come from this list (docs/extending.md). */
+enum { FP_USE_SOLVE = 1, FP_USE_SEQ = 2 };
+#define FP_SOLVER_LIST(X)                                                                          \
+    X(FP_PICARD, "fixed_point_iter", FP_USE_SOLVE)                                                 \
+    X(FP_EVALLOOP, "loop", FP_USE_SEQ)                                                             \
+    X(FP_ANDERSON, "anderson", FP_USE_SOLVE | FP_USE_SEQ)                                          \
+    X(FP_BROYDEN, "broyden", FP_USE_SOLVE | FP_USE_SEQ)
+#define FP_SOLVER_ID(id, name, use) id,
+typedef enum { FP_SOLVER_LIST(FP_SOLVER_ID) FP_N_SOLVER } FpSolver;
+#undef FP_SOLVER_ID
 typedef enum { FP_STOP_ABS = 0, FP_STOP_REL = 1 } FpStop;
 
 /* Largest Anderson history: the per-sample (m+1)×(m+1) system lives on the stack. */
@@ -96,6 +108,11 @@ typedef struct {
     float *sample_res;   /* (nb) lowest residual of each sample in the stop mode | NULL */
     int *sample_step;    /* (nb) step of that residual | NULL */
 } FpStats;
+
+/* "fixed_point_iter | anderson | broyden": the names of the solvers with `use` (FP_USE_*). */
+const char *fp_solver_names(int use);
+/* The solver called `name` if it has `use`, else -1. */
+int fp_solver_parse(const char *name, int use);
 
 void fp_opts_default(FpOpts *o);   /* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4, broyden_m 8 */
 

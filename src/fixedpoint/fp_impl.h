@@ -50,7 +50,11 @@ int fp_nonfinite(int iter);
 /* The Anderson solver (anderson.c): same contract as fp_solve for o->solver == FP_ANDERSON,
  * options already validated. */
 int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+/* Its scratch: 2·anderson_m·n + fp_track_floats(nb) (CHECKs anderson_m). */
+size_t fp_anderson_scratch(const FpOpts *o, size_t n, int nb);
 /* The Broyden solver (broyden.c), same contract for o->solver == FP_BROYDEN. */
 int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+/* Its scratch: (2·broyden_m + 5)·n + fp_track_floats(nb) (CHECKs broyden_m). */
+size_t fp_broyden_scratch(const FpOpts *o, size_t n, int nb);
 
 #endif

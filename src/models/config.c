@@ -20,6 +20,7 @@ static const KeyBound MODEL_BOUNDS[] = {MODEL_CFG_BOUNDS(KEY_BOUND)};
 static const char *model_key_choices(const char *key) {
     if (!strcmp(key, "mixer_type")) return mixer_type_names();
     if (!strcmp(key, "mixer_ac")) return mixer_ac_names();
+    if (!strcmp(key, "f_solver") || !strcmp(key, "b_solver")) return fp_solver_names(FP_USE_SOLVE);
     return NULL;
 }
 const KeyTab model_keytab = {"model", MODEL_KEYS, (int)(sizeof MODEL_KEYS / sizeof MODEL_KEYS[0]), MODEL_BOUNDS,
@@ -41,15 +42,14 @@ int cfg_set(ModelCfg *c, const char *key, const char *value) {
 
 _Static_assert(FP_BROYDEN_MAX_M == 64, "the bound of model key 'broyden_m' (config.h) is 1..FP_BROYDEN_MAX_M");
 
-static int is_solver(const char *s) {
-    return !strcmp(s, "fixed_point_iter") || !strcmp(s, "anderson") || !strcmp(s, "broyden");
-}
 static int is_stop(const char *s) { return !strcmp(s, "rel") || !strcmp(s, "abs"); }
 
 static int deq_validate(const ModelCfg *c) {
     if (!(c->tau > 0 && c->tau <= 1)) BAD("config key 'tau': %g must be in (0, 1]", c->tau);
-    if (!is_solver(c->f_solver)) BAD("config key 'f_solver': unknown '%s' (fixed_point_iter | anderson | broyden)", c->f_solver);
-    if (!is_solver(c->b_solver)) BAD("config key 'b_solver': unknown '%s' (fixed_point_iter | anderson | broyden)", c->b_solver);
+    if (fp_solver_parse(c->f_solver, FP_USE_SOLVE) < 0)
+        BAD("config key 'f_solver': unknown '%s' (%s)", c->f_solver, fp_solver_names(FP_USE_SOLVE));
+    if (fp_solver_parse(c->b_solver, FP_USE_SOLVE) < 0)
+        BAD("config key 'b_solver': unknown '%s' (%s)", c->b_solver, fp_solver_names(FP_USE_SOLVE));
     if (!is_stop(c->f_stop_mode)) BAD("config key 'f_stop_mode': unknown '%s' (rel | abs)", c->f_stop_mode);
     if (!is_stop(c->b_stop_mode)) BAD("config key 'b_stop_mode': unknown '%s' (rel | abs)", c->b_stop_mode);
     if (!(c->f_tol >= 0) || !(c->b_tol >= 0) || !(c->eval_f_tol >= 0)) BAD("config keys 'f_tol', 'b_tol', 'eval_f_tol' must be >= 0");
@@ -66,8 +66,8 @@ static int deq_validate(const ModelCfg *c) {
         BAD("config key 'noise_mode': unknown '%s' (multiplicative | additive)", c->noise_mode);
     if ((c->latent_noise_db > 0 || c->state_noise_db > 0) && strcmp(c->model, "implicit_mamba2"))
         BAD("config keys 'latent_noise_db', 'state_noise_db': noise injection applies to implicit_mamba2 (spec 7)");
-    if (strcmp(c->seq_solver, "loop") && strcmp(c->seq_solver, "anderson") && strcmp(c->seq_solver, "broyden"))
-        BAD("config key 'seq_solver': unknown '%s' (loop | anderson | broyden)", c->seq_solver);
+    if (fp_solver_parse(c->seq_solver, FP_USE_SEQ) < 0)
+        BAD("config key 'seq_solver': unknown '%s' (%s)", c->seq_solver, fp_solver_names(FP_USE_SEQ));
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
     if (!(c->anderson_lambda >= 0)) BAD("config key 'anderson_lambda' must be >= 0");
     if (!(c->jac_weight >= 0)) BAD("config key 'jac_weight' must be >= 0");

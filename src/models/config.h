@@ -73,7 +73,7 @@
 /* Implicit models (spec implicit-lm §2-§6, names of the reference's deq_params where they exist). */
 #define DEQ_CFG_KEYS(X)                                                                            \
     X(FLOAT, tau, 0.8, "relaxation z <- (1-tau) z + tau f(z) of phantom steps and eval loop")     \
-    X(STR, f_solver, "fixed_point_iter", "training forward solver: fixed_point_iter | anderson | broyden")   \
+    X(STR, f_solver, "fixed_point_iter", "training forward solver")   \
     X(INT, f_max_iter, 32, "training solve: max f evaluations (eval: x eval_factor)")             \
     X(FLOAT, f_tol, 0.05, "solve / eval-loop tolerance")                                           \
     X(INT, f_extend_max_iter, 0, "converge-or-extend: sequences still above f_tol after f_max_iter iterate on, alone, up to this many (0 = off)") \
@@ -81,7 +81,7 @@
     X(STR, f_stop_mode, "rel", "training solve residual: rel | abs")                               \
     X(INT, grad, 4, "phantom-gradient steps k (1 with tau 1 = JFB)")                               \
     X(INT, ift, 0, "1 = implicit differentiation (adjoint solve) instead of phantom steps")       \
-    X(STR, b_solver, "fixed_point_iter", "adjoint solver: fixed_point_iter | anderson | broyden")            \
+    X(STR, b_solver, "fixed_point_iter", "adjoint solver")            \
     X(INT, b_max_iter, 32, "adjoint solve: max iterations")                                        \
     X(FLOAT, b_tol, 1e-3, "adjoint solve tolerance")                                               \
     X(STR, b_stop_mode, "rel", "adjoint residual: rel | abs")                                      \
@@ -129,6 +129,15 @@
     X(pretrain_iter, 1, 256) X(bounded_steps, 0, 1 << 30) X(bounded_f_max_iter, 0, 100000)         \
     X(bounded_grad, 1, 64) X(weight_norm, 0, 1) X(norm_no_scale, 0, 1) X(noise_seed, 0, 2147483647) \
     X(seq_warm_start, 0, 1) X(anderson_m, 1, 16) X(broyden_m, 1, 64)
+
+/* X(key): the keys that change how a trained model is evaluated, not what was trained (iteration
+ * caps, tolerances, the sequential solver, noise): `implicit eval` accepts exactly these. The sizeof
+ * names the field, so an entry for a key that does not exist does not compile. */
+#define MODEL_EVAL_KEYS(X)                                                                         \
+    X(tau) X(f_tol) X(eval_f_tol) X(eval_factor) X(eval_f_max_iter) X(ema_alpha) X(seq_warm_start) X(seq_solver)  \
+    X(anderson_m) X(anderson_lambda) X(broyden_m) X(latent_noise_db) X(state_noise_db) X(noise_mode) \
+    X(noise_seed) X(fp_eval_cap) X(fp_threshold)
+#define MODEL_KEY_NAME(name) (#name + 0 * sizeof(((ModelCfg *)0)->name)),
 
 /* The widest per-token width a model may derive from its keys (the Mamba2 in_proj rows
  * 2E + 2N + H, the MLP hidden, the LSTM gates 4D, a mixer's projection width ...): 2^24, so that

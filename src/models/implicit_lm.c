@@ -262,12 +262,8 @@ static size_t mask_floats(const BlockCfg *bc, int B) {
     return n;
 }
 
-/* The config's solver names (validated in config.c): fixed_point_iter | anderson | broyden. */
-static FpSolver solver_of(const char *name) {
-    if (!strcmp(name, "anderson")) return FP_ANDERSON;
-    if (!strcmp(name, "broyden")) return FP_BROYDEN;
-    return FP_PICARD;
-}
+/* The config's solver names (validated in config.c against fp.h's list). */
+static FpSolver solver_of(const char *name) { return (FpSolver)fp_solver_parse(name, FP_USE_SOLVE); }
 
 /* The tolerance of the evaluation loop and the sequential solve: never looser than eval_f_tol,
  * where the modes agree (duality) on the models measured in docs/results/convergence.md; the
@@ -292,7 +288,7 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
         o->tau = (float)c->tau;
         o->ema_alpha = c->ema_alpha;
     } else if (which == 3) {   /* sequential mode, Anderson or Broyden (beyond the reference) */
-        o->solver = !strcmp(c->seq_solver, "broyden") ? FP_BROYDEN : FP_ANDERSON;
+        o->solver = (FpSolver)fp_solver_parse(c->seq_solver, FP_USE_SEQ);
         o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
         o->tol = eval_tol(c);
         o->stop = FP_STOP_REL;
