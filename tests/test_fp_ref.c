@@ -164,6 +164,9 @@ static void ref_checkpoint(const char *dir, const char *ref) {
  * factorised or not, the mixture's terms) has a name of the reference that maps back, no two alike,
  * none left with our mixer names (proj_*) or our weight-norm names (torch 2's are written), and
  * the FPRNN row is told from the FPMamba row by its names. */
+/* the layer's eps as the model uses it (mixer_norm_eps, or norm_eps when 0) */
+static float lm_eps(const ModelCfg *c) { return (float)(c->mixer_norm_eps > 0 ? c->mixer_norm_eps : c->norm_eps); }
+
 static void fp_layout_names(void) {
     static const char *const cases[][4] = {
         {"fp_mamba", "householder", "2", "-1"}, {"fp_mamba", "dplr", "2", "3"}, {"fp_mamba", "kronecker", "1", "-1"},
@@ -234,8 +237,58 @@ static void fp_config_refusals(void) {
              "FPRNN defaults: %s", err_msg());
 }
 
+/* The config the fp-rnn layout writes (for export) reads back as the same model, and a model with
+ * solver constants the reference fixes otherwise cannot be written. */
+static void fp_config_roundtrip(void) {
+    static const char *const cases[][6] = {
+        {"fp_mamba", "householder", "layernorm", "1e-06", "1", "0"}, {"fp_mamba2", "kronecker", "rmsnorm", "0", "0", "1"},
+        {"fp_rnn", "dplr", "layernorm", "1e-06", "-1", "0"},         {"mamba1", "householder", "rmsnorm", "0", "-1", "0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        ModelCfg c, back;
+        cfg_defaults(&c);
+        const char *kv[] = {"model", cases[k][0], "mixer_type", cases[k][1], "norm_type", cases[k][2], "mixer_norm_eps",
+                            cases[k][3], "short_conv", cases[k][4], "glu_in_loop", cases[k][5], "d_model", "16",
+                            "n_layer", "3", "vocab_size", "37", "pad_vocab_multiple", "4", "d_state", "8", "headdim", "8",
+                            "mixer_rank", "2", "fp_max_iter", "12", "fp_n_backwards", "2", NULL};
+        for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
+        if (!strcmp(c.model, "fp_mamba2")) c.fp_outlier_q = 0.1;
+        if (!strcmp(c.model, "fp_rnn")) c.fp_outlier_q = 0.1, c.fp_step0 = 1, c.fp_decay = 1, snprintf(c.kron_norm, sizeof c.kron_norm, "spectral");
+        TH_CHECK(cfg_validate(&c) == IM_OK, "%s: %s", c.model, err_msg());
+        const CkptLayout *L = layout_for_export("fp-rnn", c.model);
+        JsonBuf b;
+        json_buf_init(&b, 2);
+        int rc = L && L->config_write ? L->config_write(&c, &b) : -1;
+        TH_CHECK(rc == IM_OK && !b.failed, "%s: write: %s", c.model, err_msg());
+        rc = rc ? rc : layout_config_parse(b.data, b.len, "written", &back);
+        TH_CHECK(rc == IM_OK, "%s: read back: %s\n%s", c.model, err_msg(), b.data ? b.data : "");
+        int fp = strcmp(c.model, "mamba1") != 0;
+        int same = !rc && !strcmp(back.model, c.model) && back.d_model == c.d_model && back.n_layer == c.n_layer &&
+                   back.vocab_size == c.vocab_size && back.pad_vocab_multiple == c.pad_vocab_multiple &&
+                   !strcmp(back.norm_type, c.norm_type) && back.norm_eps == c.norm_eps &&
+                   (back.d_state == c.d_state || !strcmp(c.model, "fp_rnn")) &&   /* fp_rnn has no d_state */
+                   back.expand == c.expand && back.d_conv == c.d_conv;
+        if (fp)
+            same &= !strcmp(back.mixer_type, c.mixer_type) && back.mixer_rank == c.mixer_rank &&
+                    back.fp_max_iter == c.fp_max_iter && back.fp_n_backwards == c.fp_n_backwards &&
+                    back.glu_in_loop == c.glu_in_loop && (back.short_conv == 1) == (c.short_conv == 1 || (!strcmp(c.model, "fp_rnn") && c.short_conv)) &&
+                    (float)back.mixer_norm_eps == lm_eps(&c) && back.fp_step0 == c.fp_step0 && back.fp_decay == c.fp_decay &&
+                    back.fp_outlier_q == c.fp_outlier_q && !strcmp(back.kron_norm, c.kron_norm);
+        TH_CHECK(same, "%s: the written config reads back as another model:\n%s", c.model, b.data ? b.data : "");
+        json_buf_free(&b);
+        if (fp) { /* a solver constant the reference fixes */
+            c.fp_patience = 7;
+            json_buf_init(&b, 0);
+            TH_CHECK(L->config_write(&c, &b) == IM_EINVAL && strstr(err_msg(), "fp_patience 15"), "%s: patience 7: %s",
+                     c.model, err_msg());
+            json_buf_free(&b);
+        }
+    }
+}
+
 int main(void) {
     th_name = "test_fp_ref";
+    fp_config_roundtrip();
     fp_layout_names();
     fp_config_refusals();
     ref_case("tests/ref/fp_mamba.safetensors");
