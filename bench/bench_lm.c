@@ -30,6 +30,8 @@
  * and token + scan 3 x 5 E N; bytes = 11 floats per parameter + the stored activations twice);
  * generation = work_gen with the f calls per token (bytes = the weights once per token + state /
  * KV cache).
+ * With lm_imp_mamba2 (or --cases lm_imp_mamba2_solver) also the solver overhead line (see
+ * solver_overhead below).
  * Usage: bench_lm [--quick] [--cases a,b]
  */
 #include <stdio.h>
@@ -141,6 +143,63 @@ static void run(const Case *c, int repeats, int train, int gen) {
     model_free(&m);
 }
 
+/* Solver overhead (lm_imp_mamba2_solver): the implicit training step (forward + backward, no
+ * optimizer) against what its f calls cost without the solver around them: the explicit Mamba2
+ * LM of the same shapes (the same blocks, embedding and head) timed on its own,
+ *   ideal = f calls x (one explicit no-grad forward) + graded calls x (one explicit backward),
+ *   backward = (explicit forward + backward) - (explicit forward with caches),
+ * and overhead = step / ideal (1.0 = the solver adds nothing; the target is <= 1.15). The
+ * explicit forward also runs the embedding and the head, which the implicit step runs once, so
+ * the ideal is a little generous. CPU time (robust to a loaded machine), min over repeats.
+ * Prints `solver lm_imp_mamba2 overhead=... step_ms=... ideal_ms=... fwd_ms=... bwd_ms=...
+ * f_calls=... graded=...` (not an `implicit` line: its number is a ratio, lower is better). */
+static void solver_overhead(int repeats) {
+    const char *base[] = {"vocab_size", "256", "n_layer", "4", "d_model", "128", "d_state", "16", "headdim", "32",
+                          "d_inner", "512", NULL};
+    const Case *ic = &CASES[2]; /* lm_imp_mamba2 */
+    ModelCfg mi, me;
+    cfg_defaults(&mi), cfg_defaults(&me);
+    for (int i = 0; base[i]; i += 2)
+        CHECK(cfg_set(&mi, base[i], base[i + 1]) == 0 && cfg_set(&me, base[i], base[i + 1]) == 0, "%s", err_msg());
+    for (int i = 0; ic->model[i]; i += 2) CHECK(cfg_set(&mi, ic->model[i], ic->model[i + 1]) == 0, "%s", err_msg());
+    CHECK(cfg_set(&me, "model", "mamba2") == 0, "%s", err_msg());
+    Model m[2];
+    CHECK(model_create(&m[0], &mi) == 0 && model_create(&m[1], &me) == 0, "%s", err_msg());
+    model_init_params(&m[0], 1), model_init_params(&m[1], 1);
+    int *ids = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    Rng r;
+    rng_seed(&r, 3, 0);
+    for (int i = 0; i < B * T; i++) ids[i] = 32 + (int)rng_below(&r, 95), tg[i] = 32 + (int)rng_below(&r, 95);
+    /* best CPU seconds of: [0] implicit fwd+bwd, [1] explicit no-grad fwd, [2] explicit training
+     * fwd, [3] explicit training fwd+bwd; one untimed warm-up of each */
+    double best[4] = {1e30, 1e30, 1e30, 1e30}, f_calls = 0;
+    float loss;
+    for (int kind = 0; kind < 4; kind++) {
+        Model *x = &m[kind == 0 ? 0 : 1];
+        x->training = kind != 1;
+        for (int i = 0; i < 1 + repeats; i++) {
+            double c0 = cpu_now();
+            CHECK(model_fwd(x, ids, tg, B, T, &loss) == 0, "%s", err_msg());
+            if (kind == 0 || kind == 3) {
+                model_zero_grad(x);
+                model_bwd(x);
+            }
+            double c = cpu_now() - c0;
+            if (kind == 0) f_calls = x->fp_iters + mi.grad;
+            if (i > 0 && c < best[kind]) best[kind] = c;
+        }
+    }
+    double fwd = best[1], bwd = best[3] - best[2];
+    double ideal = f_calls * fwd + mi.grad * bwd;
+    printf("solver lm_imp_mamba2 overhead=%.3f step_ms=%.1f ideal_ms=%.1f fwd_ms=%.2f bwd_ms=%.2f f_calls=%.0f "
+           "graded=%d B=%d T=%d threads=%d blas=%s (CPU time)\n",
+           best[0] / ideal, best[0] * 1e3, ideal * 1e3, fwd * 1e3, bwd * 1e3, f_calls, mi.grad, B, T, k_get_threads(),
+           k_blas_name());
+    fflush(stdout);
+    free(ids), free(tg);
+    model_free(&m[0]), model_free(&m[1]);
+}
+
 /* Is `name` in the comma-separated list? */
 static int listed(const char *list, const char *name) {
     char want[80], all[1024];
@@ -165,5 +224,6 @@ int main(int argc, char **argv) {
         int train = !CASES[i].gen_only && (all || listed(cases, tr));
         if (train || gen) run(&CASES[i], quick ? 2 : 3, train, gen);
     }
+    if (listed(cases, "lm_imp_mamba2") || listed(cases, "lm_imp_mamba2_solver")) solver_overhead(quick ? 2 : 3);
     return 0;
 }
