@@ -532,7 +532,8 @@ static void ulp_close(const char *kernel, const char *what, const float *a, cons
  *   softplus  2.5 + ~1.5 (log1pf of a rounded expf)          -> 4.5
  *   sigmoid   3 + ~1.5 (expf, 1 + e, 1 / (.))                 -> 4.5
  *   mul_sigmoid  sigmoid's + the product's half ulp per side  -> 5.5
- *   mul_silu     silu's 3 + the reference's silu (~2) + products -> 6.5 */
+ *   mul_silu     silu's 3 + the reference's silu (~2) + products -> 6.5
+ *   neg_exp      exp's 1.5 + expf's 0.5                        -> 2 */
 static void test_gates_case(int M, int C, float scale) {
     char what[48];
     snprintf(what, sizeof what, "M=%d C=%d scale=%g", M, C, scale);
@@ -564,6 +565,11 @@ static void test_gates_case(int M, int C, float scale) {
     k_mul_silu_ref(yr, xs, n);
     ulp_close("mul_silu", what, y, yr, n, 6.5);
     free(xs);
+    /* neg_exp: vexp's 1.5 ulp + expf's 0.5; below exp's normal range vexp flushes to 0 (vmath.h),
+     * which ulp_close's FLT_MIN floor covers */
+    k_neg_exp(y, x, n);
+    k_neg_exp_ref(yr, x, n);
+    ulp_close("neg_exp", what, y, yr, n, 2.0);
     /* in place (y aliases x) gives the same as out of place */
     float *xa = dup(x, n);
     k_softplus(xa, xa, bias, M, C);
@@ -864,6 +870,7 @@ static void r_mul_sigmoid(void) {
     memcpy(O(0), G.b, TB_N * sizeof(float));
     k_mul_sigmoid(O(0), G.a, G.c, 400, TB_N / 400);
 }
+static void r_neg_exp(void) { k_neg_exp(O(0), G.a, TB_N); }
 static void r_mul_silu(void) {
     memcpy(O(0), G.b, TB_N * sizeof(float));
     k_mul_silu(O(0), G.a, TB_N);
@@ -924,8 +931,8 @@ static void test_threads(void) {
         {"gated_rmsnorm_bwd", r_grms_bwd}, {"softmax", r_softmax}, {"xent_fwd", r_xent_fwd},
         {"xent_bwd", r_xent_bwd}, {"silu_fwd", r_silu_fwd}, {"silu_bwd", r_silu_bwd},
         {"swiglu_fwd", r_swiglu_fwd}, {"swiglu_bwd", r_swiglu_bwd}, {"softplus", r_softplus},
-        {"sigmoid", r_sigmoid}, {"mul_sigmoid", r_mul_sigmoid}, {"mul_silu", r_mul_silu}, {"embed_fwd", r_embed_fwd},
-        {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
+        {"sigmoid", r_sigmoid}, {"mul_sigmoid", r_mul_sigmoid}, {"mul_silu", r_mul_silu},
+        {"neg_exp", r_neg_exp}, {"embed_fwd", r_embed_fwd}, {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
         {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) bitid(ours[i].name, ours[i].run);

@@ -32,7 +32,7 @@
     X(gemm) X(gemm_pb) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
-    X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) \
+    X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
@@ -172,6 +172,10 @@ void k_mul_sigmoid_ref(float *y, const float *x, const float *bias, int M, int C
 /* y *= silu(x)     x, y:(n) (a SiLU gate applied in place, or its backward onto the other input) */
 void k_mul_silu(float *y, const float *x, size_t n);
 void k_mul_silu_ref(float *y, const float *x, size_t n);
+/* y = -exp(x)      x, y:(n) (the state matrices A = -exp(A_log) of the Mamba layers, per call;
+ * vexp's bound, 1.5 ulp, in the fast version) */
+void k_neg_exp(float *y, const float *x, size_t n);
+void k_neg_exp_ref(float *y, const float *x, size_t n);
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 /* y[i] = E[ids[i]]     ids:(M)  E:(V,D)  y:(M,D) written.  CHECKs 0 <= ids[i] < V (callers

@@ -228,7 +228,7 @@ static void prepare(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, const f
     k_linear_fwd(f->Cm, f->xc, w->x_proj + (size_t)(R + N) * E, NULL, M, E, N);
     k_linear_fwd(f->dtpre, f->dlow, w->dt_w, w->dt_b, M, R, E);
     k_softplus(f->dt, f->dtpre, NULL, M, E);
-    for (size_t i = 0; i < (size_t)E * N; i++) f->A[i] = -expf(w->A_log[i]);
+    k_neg_exp(f->A, w->A_log, (size_t)E * N);
 }
 
 /* One application of f on yin (B,T): fills s->... and s->y. mcache NULL = no-grad. */
@@ -511,7 +511,7 @@ int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const floa
     k_linear_fwd(t.Cm, t.xc, w->x_proj + (size_t)(R + N) * E, NULL, B, E, N);
     k_linear_fwd(t.dtpre, t.dlow, w->dt_w, w->dt_b, B, R, E);
     k_softplus(t.dt, t.dtpre, NULL, B, E);
-    for (size_t i = 0; i < (size_t)E * N; i++) t.A[i] = -expf(w->A_log[i]);
+    k_neg_exp(t.A, w->A_log, (size_t)E * N); /* per token: E N exponentials, vectorised */
     /* s = y*_{t−1} is fixed during the token's iterations, and so are p, b̄, c̄ (in place of B, C) */
     memcpy(t.s, yprev, BE * sizeof(float));
     fpc_make_p(t.p, t.xc, t.s, B, E, c->h_dep, c->symm);

@@ -131,7 +131,7 @@ static void proj_dt_fwd(const Mamba1Cfg *c, const Mamba1W *w, const Keep *k, flo
     k_gemm(0, 1, (int)M, N, E, 1.f, xa, E, w->x_proj + (size_t)(R + N) * E, E, 0.f, k->cm, N);
     k_linear_fwd(k->dt, k->dl, w->dt_proj, w->dt_bias, (int)M, R, E);
     k_softplus(k->dt, k->dt, NULL, (int)M, E); /* PyTorch F.softplus: beta 1, threshold 20 */
-    for (size_t q = 0; q < (size_t)E * N; q++) A[q] = -expf(w->A_log[q]);
+    k_neg_exp(A, w->A_log, (size_t)E * N);
 }
 
 /* Prefill: conv_state (B,E,W) = the last W pre-conv xin vectors, oldest first, zero-padded on the
@@ -185,7 +185,7 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
     /* recompute xc = conv(xin) + b, xa = silu(xc), A */
     k_conv1d_fwd(s.xc, k.xin, w->conv_w, w->conv_b, B, T, E, c->W);
     k_silu_fwd(s.xa, s.xc, ME);
-    for (size_t q = 0; q < (size_t)E * N; q++) s.A[q] = -expf(w->A_log[q]);
+    k_neg_exp(s.A, w->A_log, (size_t)E * N);
 
     /* out = out_proj(g), g = silu(z) o:  dg (g1) = dy Wout;  dWout += dy^T g (g in g2) */
     k_gemm(0, 0, (int)M, E, D, 1.f, dy, D, w->out_proj, E, 0.f, s.g1, E);

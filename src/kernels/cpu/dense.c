@@ -351,3 +351,8 @@ void k_mul_silu(float *y, const float *x, size_t n) {
     KT_FOR(ELEM_TEAM(n),
     for (size_t i = 0; i < n; i++) y[i] *= vsilu(x[i]));
 }
+
+void k_neg_exp(float *y, const float *x, size_t n) {
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] = -vexp(x[i]));
+}

@@ -244,6 +244,10 @@ void k_mul_silu_ref(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] *= siluf(x[i]);
 }
 
+void k_neg_exp_ref(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = -expf(x[i]);
+}
+
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 void k_embed_fwd_ref(float *y, const int *ids, const float *E, int M, int V, int D) {
