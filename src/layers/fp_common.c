@@ -8,9 +8,6 @@
 #include "../core/check.h"
 #include "../kernels/kernels.h"
 
-/* F.normalize's default eps for b̄, c̄ */
-#define BC_EPS 1e-12f
-
 void fpc_shift_fwd(float *dst, const float *src, int B, int T, int E) {
     for (int b = 0; b < B; b++) {
         float *d = dst + (size_t)b * T * E;
@@ -25,27 +22,27 @@ void fpc_shift_bwd(float *dsrc, const float *ddst, int B, int T, int E) {
         k_axpby(dsrc + (size_t)b * T * E, 1.0f, ddst + ((size_t)b * T + 1) * E, 1.0f, (size_t)(T - 1) * E);
 }
 
-void fpc_l2norm_rows(float *y, const float *x, int M, int N) {
+void fpc_l2norm_rows(float *y, const float *x, int M, int N, float eps) {
     for (int m = 0; m < M; m++) {
         const float *xm = x + (size_t)m * N;
         double s = 0;
         for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j];
-        float nrm = (float)sqrt(s), inv = 1.0f / (nrm > BC_EPS ? nrm : BC_EPS);
+        float nrm = (float)sqrt(s), inv = 1.0f / (nrm > eps ? nrm : eps);
         for (int j = 0; j < N; j++) y[(size_t)m * N + j] = xm[j] * inv;
     }
 }
 
-void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N) {
+void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N, float eps) {
     for (int m = 0; m < M; m++) {
         const float *xm = x + (size_t)m * N, *gm = dy + (size_t)m * N;
         double s = 0, dot = 0;
         for (int j = 0; j < N; j++) s += (double)xm[j] * xm[j], dot += (double)xm[j] * gm[j];
         float nrm = (float)sqrt(s);
-        if (nrm > BC_EPS) {
+        if (nrm > eps) {
             float a = 1.0f / nrm, bcoef = (float)(dot / ((double)nrm * nrm * nrm));
             for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += a * gm[j] - bcoef * xm[j];
         } else { /* the clamp: normalize(x) = x / eps */
-            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += gm[j] / BC_EPS;
+            for (int j = 0; j < N; j++) dx[(size_t)m * N + j] += gm[j] / eps;
         }
     }
 }
@@ -258,15 +255,15 @@ void fpc_carve_bc_grad(Carve *k, FpcBcGrad *g, int M, int N) {
 }
 
 void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, const float *Cm, int M, int E, int N,
-                int norm) {
+                int norm, float eps) {
     size_t MN = (size_t)M * N;
     k_linear_fwd(b->braw, s, Wbc, NULL, M, E, N);
     k_linear_fwd(b->craw, s, Wbc + (size_t)N * E, NULL, M, E, N);
     k_axpby(b->braw, 1.0f, Bm, 1.0f, MN);
     k_axpby(b->craw, 1.0f, Cm, 1.0f, MN);
     if (norm) {
-        fpc_l2norm_rows(b->bbar, b->braw, M, N);
-        fpc_l2norm_rows(b->cbar, b->craw, M, N);
+        fpc_l2norm_rows(b->bbar, b->braw, M, N, eps);
+        fpc_l2norm_rows(b->cbar, b->craw, M, N, eps);
     } else {
         memcpy(b->bbar, b->braw, MN * sizeof(float));
         memcpy(b->cbar, b->craw, MN * sizeof(float));
@@ -274,14 +271,14 @@ void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, con
 }
 
 void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const float *Wbc, const float *s, int M, int E,
-                int N, int norm) {
+                int N, int norm, float eps) {
     size_t MN = (size_t)M * N;
     float *dbraw = g->dbbar, *dcraw = g->dcbar;
     if (norm) {
         memset(g->dbraw, 0, MN * sizeof(float));
         memset(g->dcraw, 0, MN * sizeof(float));
-        fpc_l2norm_rows_bwd(g->dbraw, g->dbbar, b->braw, M, N);
-        fpc_l2norm_rows_bwd(g->dcraw, g->dcbar, b->craw, M, N);
+        fpc_l2norm_rows_bwd(g->dbraw, g->dbbar, b->braw, M, N, eps);
+        fpc_l2norm_rows_bwd(g->dcraw, g->dcbar, b->craw, M, N, eps);
         dbraw = g->dbraw;
         dcraw = g->dcraw;
     }

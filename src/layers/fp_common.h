@@ -62,10 +62,10 @@ void fpc_shift_fwd(float *dst, const float *src, int B, int T, int E);
 /* Its backward: dsrc[b,t−1] += ddst[b,t]. */
 void fpc_shift_bwd(float *dsrc, const float *ddst, int B, int T, int E);
 
-/* y = x / max(‖x‖, 1e-12) per row (F.normalize's default eps); x, y:(M,N). */
-void fpc_l2norm_rows(float *y, const float *x, int M, int N);
+/* y = x / max(‖x‖, eps) per row (F.normalize); x, y:(M,N). */
+void fpc_l2norm_rows(float *y, const float *x, int M, int N, float eps);
 /* dx += (∂ normalize(x) / ∂x)ᵀ dy per row; dx, dy, x:(M,N). */
-void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N);
+void fpc_l2norm_rows_bwd(float *dx, const float *dy, const float *x, int M, int N, float eps);
 
 /* err_set(IM_ENUM, "<who>: non-finite output") if out:(n) holds a NaN or inf, else IM_OK. */
 int fpc_check_finite(const float *out, size_t n, const char *who);
@@ -156,13 +156,14 @@ void fpc_carve_bc(Carve *k, FpcBc *b, int M, int N);
 void fpc_carve_bc_grad(Carve *k, FpcBcGrad *g, int M, int N);
 
 /* [By ; Cy] = W_bc s with Wbc:(2N,E), s:(M,E); braw = B + By, craw = C + Cy, Bm, Cm:(M,N);
- * bbar, cbar = their rows normalised (norm) or copied. bbar may be Bm itself (and cbar Cm). */
+ * bbar, cbar = their rows normalised (norm; clamp eps, the layer's norm_eps as the reference's
+ * F.normalize(eps=norm_eps)) or copied. bbar may be Bm itself (and cbar Cm). */
 void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, const float *Cm, int M, int E, int N,
-                int norm);
+                int norm, float eps);
 /* Backward from g->dbbar, g->dcbar: g->dB, g->dC +=, dWbc:(2N,E) += (NULL: skipped), ds:(M,E) +=
  * (NULL: skipped). g->dbraw, g->dcraw are overwritten when norm. */
 void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const float *Wbc, const float *s, int M, int E,
-                int N, int norm);
+                int N, int norm, float eps);
 
 /* Backward of the in-loop gate o = opre ⊙ silu(z) (glu_in_loop), n floats: dz += do ⊙ opre ⊙
  * silu'(z), and do ← do ⊙ silu(z) in place (the gradient on opre). */

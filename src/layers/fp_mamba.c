@@ -238,7 +238,7 @@ static void step_fwd(const FpMambaCfg *c, const FpMambaW *w, const FwdCache *f, 
     int M = B * T, E = c->E, N = c->N;
     size_t ME = (size_t)M * E;
     fpc_mix_fwd(&c->mix, c->h_dep, c->symm, w->mixer, &s->mix, f->xc, f->xc, yin, rawfix, mscratch, B, T);
-    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, E, N, c->bc_norm);
+    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, E, N, c->bc_norm, c->eps);
     float *o = c->glu_in_loop ? s->opre : s->o;
     k_s6_fwd(o, NULL, s->mix.xt, f->dt, f->A, s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
     if (c->glu_in_loop) k_swiglu_fwd(s->o, f->z, s->opre, ME); /* o = silu(z) opre */
@@ -261,7 +261,7 @@ static void step_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, const
              s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
     /* W_bc: ds only matters when chaining to an earlier step */
     memset(g->mix.ds, 0, ME * sizeof(float));
-    fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, c->bc_norm);
+    fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, c->bc_norm, c->eps);
     /* x̃ = Q(p)(xc − yin) + yin, p from xc and s */
     fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dxc, g->dxc, dyprev,
                 g->mscratch, B, T);
@@ -516,7 +516,7 @@ int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const floa
     memcpy(t.s, yprev, BE * sizeof(float));
     fpc_make_p(t.p, t.xc, t.s, B, E, c->h_dep, c->symm);
     FpcBc bc = {t.zs, t.gy, t.Bm, t.Cm}; /* zs, gy are free until the output */
-    fpc_bc_fwd(&bc, w->bc.W, t.s, t.Bm, t.Cm, B, E, N, c->bc_norm);
+    fpc_bc_fwd(&bc, w->bc.W, t.s, t.Bm, t.Cm, B, E, N, c->bc_norm, c->eps);
     /* p does not change during the token's iterations: project it once */
     if (t.rawfix) mixer_project_fixed(&c->mix, w->mixer, t.rawfix, t.p, c->dp, B);
     TokCtx tc = {c, w, t.xc, t.z, t.p, t.dt, t.A, t.Bm, t.Cm, H, t.v, t.xt, t.o, t.opre, t.ln, t.mscratch, t.rawfix, NULL, B};

@@ -245,7 +245,7 @@ static void step_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, const FwdCache *f
                      float *mscratch, int B, int T) {
     int M = B * T;
     fpc_mix_fwd(&c->mix, c->h_dep, c->symm, w->mixer, &s->mix, f->x, f->x, yin, NULL, mscratch, B, T);
-    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, c->E, c->N, 1);
+    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, c->E, c->N, 1, c->eps);
     k_ssd_fwd(c->glu_in_loop ? s->opre : s->o, s->saved, NULL, s->mix.xt, f->dt, f->A, s->bc.bbar, s->bc.cbar,
               w->Dskip, NULL, B, T, c->H, c->P, c->N);
     gate_norm(c, w, s, f->z, s->y, M, s->mix.mcache != NULL);
@@ -267,7 +267,7 @@ static void step_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, co
               f->A, s->bc.bbar, s->bc.cbar, w->Dskip, NULL, s->saved, B, T, c->H, c->P, N);
     /* W_bc: the gradient on s only matters when chaining to an earlier graded step */
     memset(g->mix.ds, 0, ME * sizeof(float));
-    fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, 1);
+    fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, 1, c->eps);
     /* x̃ = Q(p)(x − yin) + yin, p from x and s */
     fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dx, g->dx, dyprev, g->mscratch,
                 B, T);
@@ -465,7 +465,7 @@ static void tok_f(void *ctx, float *out, const float *y) {
     const FpMamba2Cfg *c = t->c;
     StepBufs *s = t->sb;
     fpc_mix_apply(&c->mix, t->w->mixer, s->mix.xt, s->mix.v, s->mix.p, NULL, t->x, y, t->B, t->mscratch);
-    fpc_bc_fwd(&s->bc, t->w->bc.W, s->mix.s, t->Bm, t->Cm, t->B, c->E, c->N, 1);
+    fpc_bc_fwd(&s->bc, t->w->bc.W, s->mix.s, t->Bm, t->Cm, t->B, c->E, c->N, 1, c->eps);
     k_ssd_step(c->glu_in_loop ? s->opre : s->o, t->Sout, t->S, s->mix.xt, t->dt, t->A, s->bc.bbar, s->bc.cbar,
                t->w->Dskip, t->B, c->H, c->P, c->N);
     gate_norm(c, t->w, s, t->z, out, t->B, 0);

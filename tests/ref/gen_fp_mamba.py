@@ -6,7 +6,7 @@ the padded vocabulary -> masked CE) with FPMamba1 blocks:
     prepare (with autograd):  [x ; z] = in_proj(u);  x = silu(conv(x)) if conv (raw otherwise);
                               [dlow ; B ; C] = x_proj(x);  dt = softplus(dt_proj(dlow) + b_dt);  A = -exp(A_log)
     f(y):  s = shift(y);  p = [x ; s];  x~ = Q(p)(x - y) + y;  [By ; Cy] = W_bc s  (weight-normed);
-           b = normalize(B + By), c = normalize(C + Cy);  o = S6(x~, dt, A, b, c, D);
+           b = normalize(B + By), c = normalize(C + Cy) (clamp: the layer's eps);  o = S6(x~, dt, A, b, c, D);
            o = o * silu(z) if glu_in_loop;  f(y) = LayerNorm(o)
     FixedPointOptimizer (§1.4) under no_grad from Y = 0: relative inf-norm residual per token, max over
     time, per sequence; damped update (s0 0.99, decay 0.9, patience 15); best-so-far; continue while
@@ -216,8 +216,8 @@ def f_step(w, pre, y, c):
     P = {k[len("mixer."):]: v for k, v in w.items() if k.startswith("mixer.")}
     xt = gmx.mixer(mixer_case(c), P, p.reshape(-1, c["dp"]), (x - y).reshape(-1, E)).reshape(Bsz, T, E) + y
     By, Cy = torch.split(s @ wn(w, "bc_proj").t(), [N, N], dim=-1)
-    b = F.normalize(pre["B"] + By, dim=-1)
-    cc = F.normalize(pre["C"] + Cy, dim=-1)
+    b = F.normalize(pre["B"] + By, dim=-1, eps=mixer_eps(c))  # the reference's eps=norm_eps of the layer
+    cc = F.normalize(pre["C"] + Cy, dim=-1, eps=mixer_eps(c))
     o, _ = gm1.s6_scan(xt, pre["dt"], pre["A"], b, cc, w["D"])
     if c["glu_in_loop"]:
         o = o * F.silu(pre["z"])
