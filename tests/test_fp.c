@@ -26,7 +26,6 @@
 #include "th.h"
 #include "../src/core/check.h"
 #include "../src/fixedpoint/fp.h"
-#include "../src/fixedpoint/fp_impl.h" /* FP_PAR_MIN_FLOATS */
 
 static int verbose;
 #define NOTE(...) do { if (verbose) { printf("  " __VA_ARGS__); printf("\n"); } } while (0)
@@ -816,11 +815,12 @@ static void ew_f(void *ctx, float *out, const float *z) {
     for (size_t i = 0; i < m->n; i++) out[i] = tanhf(m->a[i] * z[i] + m->c[i]);
 }
 
-/* Per-sample work is split over threads above FP_PAR_MIN_FLOATS floats: a batch must still give
- * each sample, bitwise, what it gets alone (one thread), for Picard and Anderson. */
+/* Per-sample work is split over threads (k_foreach, forced to fork here): a batch must still give
+ * each sample, bitwise, what it gets alone (one item, never split), for Picard and Anderson. */
 static void test_big_batch(Rng *r) {
     enum { NB = 4, D = 16384 };
-    _Static_assert(NB * D >= FP_PAR_MIN_FLOATS, "the batch must reach the threaded path");
+    int keep = k_get_threads();
+    th_bitid_threads(keep > 1 ? keep : 2);
     float *a = th_alloc(NB * D), *c = th_alloc(NB * D), *z = th_alloc(NB * D), *zb = th_alloc(D);
     th_fill_uniform(a, NB * D, r, -0.9f, 0.9f);
     th_fill_normal(c, NB * D, r, 1.0f);
@@ -847,6 +847,7 @@ static void test_big_batch(Rng *r) {
         }
         free(scr);
     }
+    th_threads_restore(keep);
     free(a);
     free(c);
     free(z);

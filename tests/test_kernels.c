@@ -376,6 +376,103 @@ static void test_norms(void) {
     TH_CHECK(zero, "rmsnorm_fwd(0) != 0");
 }
 
+/* ---- LayerNorm --------------------------------------------------------------------------------- */
+
+typedef struct { float *x, *w, *b, *wy, *y; int M, C; } LnCtx;
+static double ln_loss(void *p) {
+    LnCtx *c = p;
+    k_layernorm_fwd_ref(c->y, NULL, NULL, c->x, c->w, c->b, c->M, c->C, 1e-5f);
+    return dotd(c->wy, c->y, (size_t)c->M * c->C);
+}
+
+/* fast vs reference forward and backward, each gradient alone, and finite differences (x, w, b). */
+static void test_layernorm_case(int M, int C) {
+    size_t n = (size_t)M * C;
+    LnCtx c = {rnd(n, 1), rnd(C, 1), rnd(C, 1), rnd(n, 1), th_alloc(n), M, C};
+    for (int j = 0; j < C; j++) c.w[j] += 1.0f;
+    char what[48];
+    snprintf(what, sizeof what, "M=%d C=%d", M, C);
+    float *y = th_alloc(n), *yr = th_alloc(n), *st = th_alloc(2 * (size_t)M), *str = th_alloc(2 * (size_t)M);
+    k_layernorm_fwd(y, st, st + M, c.x, c.w, c.b, M, C, 1e-5f);
+    k_layernorm_fwd_ref(yr, str, str + M, c.x, c.w, c.b, M, C, 1e-5f);
+    close_("layernorm_fwd", what, y, yr, n, 1e-5);
+    close_("layernorm_fwd", "mean, rstd", st, str, 2 * (size_t)M, 1e-5);
+    float *y2 = th_alloc(n);
+    k_layernorm_fwd(y2, NULL, NULL, c.x, c.w, c.b, M, C, 1e-5f);
+    TH_CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "layernorm_fwd %s: output depends on mean/rstd being wanted", what);
+    float *dx0 = rnd(n, 1), *dw0 = rnd(C, 1), *db0 = rnd(C, 1);
+    float *dx = dup(dx0, n), *dw = dup(dw0, C), *db = dup(db0, C);
+    float *dxr = dup(dx0, n), *dwr = dup(dw0, C), *dbr = dup(db0, C);
+    float *dx2 = dup(dx0, n), *dw2 = dup(dw0, C), *db2 = dup(db0, C);
+    k_layernorm_bwd(dx, dw, db, c.wy, c.x, c.w, st, st + M, M, C);
+    k_layernorm_bwd_ref(dxr, dwr, dbr, c.wy, c.x, c.w, str, str + M, M, C);
+    k_layernorm_bwd(dx2, NULL, NULL, c.wy, c.x, c.w, st, st + M, M, C);
+    k_layernorm_bwd(NULL, dw2, NULL, c.wy, c.x, c.w, st, st + M, M, C);
+    k_layernorm_bwd(NULL, NULL, db2, c.wy, c.x, c.w, st, st + M, M, C);
+    close_("layernorm_bwd", "dx", dx, dxr, n, 2e-5);
+    close_("layernorm_bwd", "dw", dw, dwr, C, 2e-5);
+    close_("layernorm_bwd", "db", db, dbr, C, 2e-5);
+    close_("layernorm_bwd", "dx alone", dx2, dx, n, 1e-6);
+    close_("layernorm_bwd", "dw alone", dw2, dw, C, 1e-6);
+    close_("layernorm_bwd", "db alone", db2, db, C, 1e-6);
+    if (n <= 2000 && C >= 3) { /* C <= 2: y is (nearly) constant in x */
+        float *gx = increment(dx, dx0, n), *gw = increment(dw, dw0, C), *gb = increment(db, db0, C);
+        grad_check("layernorm_bwd", what, ln_loss, &c, c.x, n, gx, 1e-2f, 5e-3);
+        grad_check("layernorm_bwd", "w", ln_loss, &c, c.w, C, gw, 1e-2f, 5e-3);
+        grad_check("layernorm_bwd", "b", ln_loss, &c, c.b, C, gb, 1e-2f, 5e-3);
+        free(gx), free(gw), free(gb);
+    }
+    free(c.x), free(c.w), free(c.b), free(c.wy), free(c.y), free(y), free(yr), free(y2), free(st), free(str);
+    free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db), free(dxr), free(dwr), free(dbr);
+    free(dx2), free(dw2), free(db2);
+}
+
+static void test_layernorm(void) {
+    static const int shapes[][2] = {{1, 1}, {2, 3}, {3, 17}, {7, 65}, {9, 300}, {2, 1000}};
+    for (int s = 0; s < 6; s++) test_layernorm_case(shapes[s][0], shapes[s][1]);
+}
+
+/* ---- k_foreach -------------------------------------------------------------------------------- */
+
+/* Each call records its range: hits counts the visits of every index, starts the ranges that
+ * begin there (disjoint per call, so threads never write the same int). */
+typedef struct { int *hits, *starts; } ForeachCtx;
+static void foreach_mark(void *p, long i0, long i1) {
+    ForeachCtx *c = p;
+    c->starts[i0]++;
+    for (long i = i0; i < i1; i++) c->hits[i]++;
+}
+
+static void test_foreach(void) {
+    static const long sizes[] = {1, 2, 3, 7, 1000, 100003};
+    int keep = k_get_threads();
+    for (int si = 0; si < 6; si++)
+        for (int t = 1; t <= 4; t++)
+            for (int forced = 0; forced < 2; forced++)
+                for (int ref = 0; ref < 2; ref++) {
+                    long n = sizes[si];
+                    ForeachCtx c = {calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int))};
+                    if (forced) th_bitid_threads(t);
+                    else th_threads_restore(t);
+                    /* 0.1 ns per item: only the forced runs reach the default threshold (20 us) */
+                    (ref ? k_foreach_ref : k_foreach)(n, 0.1, foreach_mark, &c);
+                    int once = 1;
+                    long calls = 0;
+                    for (long i = 0; i < n; i++) once &= c.hits[i] == 1, calls += c.starts[i];
+                    long most = ref || !forced ? 1 : (n < t ? n : t);
+                    TH_CHECK(once && c.starts[0] == 1 && calls <= most,
+                             "foreach%s n=%ld at %d threads%s: %ld ranges (at most %ld), every index once: %d",
+                             ref ? "_ref" : "", n, t, forced ? " (forced fork)" : "", calls, most, once);
+                    free(c.hits), free(c.starts);
+                }
+    th_threads_restore(keep);
+    ForeachCtx c = {calloc(1, sizeof(int)), calloc(1, sizeof(int))};
+    k_foreach(0, 1.0, foreach_mark, &c);
+    k_foreach_ref(0, 1.0, foreach_mark, &c);
+    TH_CHECK(c.starts[0] == 0 && c.hits[0] == 0, "foreach over 0 items called fn");
+    free(c.hits), free(c.starts);
+}
+
 /* ---- softmax and cross-entropy --------------------------------------------------------------- */
 
 typedef struct { float *logits, *dloss, *loss; int *t; int M, V; } XentCtx;
@@ -857,6 +954,8 @@ static void r_rms_fwd(void) { k_rmsnorm_fwd(O(0), O(1), G.a, G.c, 300, 400, 1e-5
 static void r_rms_bwd(void) { k_rmsnorm_bwd(O(0), O(1), G.b, G.a, G.c, G.first, 300, 400); }
 static void r_grms_fwd(void) { k_gated_rmsnorm_fwd(O(0), O(1), G.a, G.d, G.c, 300, 400, 1e-5f); }
 static void r_grms_bwd(void) { k_gated_rmsnorm_bwd(O(0), O(1), O(2), G.b, G.a, G.d, G.c, G.first, 300, 400); }
+static void r_ln_fwd(void) { k_layernorm_fwd(O(0), O(1), O(1) + 300, G.a, G.c, G.d, 300, 400, 1e-5f); }
+static void r_ln_bwd(void) { k_layernorm_bwd(O(0), O(1), O(2), G.b, G.a, G.c, G.first, G.first + 300, 300, 400); }
 static void r_softmax(void) { k_softmax(O(0), G.a, 300, 400); }
 static void r_xent_fwd(void) { k_xent_fwd(O(0), G.a, G.ids, 100, 4000, 7); }
 static void r_xent_bwd(void) { k_xent_bwd(O(0), G.a, G.ids, G.c, 100, 4000, 7); }
@@ -928,7 +1027,7 @@ static void test_threads(void) {
     static const struct { const char *name; void (*run)(void); } ours[] = {
         {"weightnorm_fwd", r_wn_fwd}, {"weightnorm_bwd", r_wn_bwd}, {"rmsnorm_fwd", r_rms_fwd},
         {"rmsnorm_bwd", r_rms_bwd}, {"gated_rmsnorm_fwd", r_grms_fwd},
-        {"gated_rmsnorm_bwd", r_grms_bwd}, {"softmax", r_softmax}, {"xent_fwd", r_xent_fwd},
+        {"gated_rmsnorm_bwd", r_grms_bwd}, {"layernorm_fwd", r_ln_fwd}, {"layernorm_bwd", r_ln_bwd}, {"softmax", r_softmax}, {"xent_fwd", r_xent_fwd},
         {"xent_bwd", r_xent_bwd}, {"silu_fwd", r_silu_fwd}, {"silu_bwd", r_silu_bwd},
         {"swiglu_fwd", r_swiglu_fwd}, {"swiglu_bwd", r_swiglu_bwd}, {"softplus", r_softplus},
         {"sigmoid", r_sigmoid}, {"mul_sigmoid", r_mul_sigmoid}, {"mul_silu", r_mul_silu},
@@ -948,6 +1047,8 @@ int main(void) {
     test_linear();
     test_weightnorm();
     test_norms();
+    test_layernorm();
+    test_foreach();
     test_softmax_xent();
     test_activations();
     test_gates();

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "fp_impl.h"
 
 #define MAXM FP_ANDERSON_MAX_M
@@ -102,6 +103,20 @@ size_t fp_anderson_scratch(const FpOpts *o, size_t n, int nb) {
     return 2 * (size_t)o->anderson_m * n + fp_track_floats(nb);
 }
 
+/* The mixing step of the samples [b0, b1) (k_foreach items): each sample owns its d floats of
+ * every history slot. */
+typedef struct { float *X, *F; size_t n, d; int nh, s, s_new; double lambda, beta; } AndersonStep;
+
+static void anderson_samples(void *ctx, long b0, long b1) {
+    const AndersonStep *a = ctx;
+    for (long b = b0; b < b1; b++) {
+        double alpha[MAXM];
+        size_t off = (size_t)b * a->d;
+        sample_weights(alpha, a->X, a->F, a->n, off, a->d, a->nh, a->s, a->lambda);
+        sample_mix(a->X, a->F, alpha, a->n, off, a->d, a->nh, a->s_new, a->beta);
+    }
+}
+
 int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
     size_t n = m->n, d = n / (size_t)m->nb;
     int mm = o->anderson_m, nb = m->nb;
@@ -125,13 +140,8 @@ int fp_anderson(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *s
         }
         if (k + 1 == o->max_iter) break;   /* no evaluation left for a new iterate */
         int nh = k + 1 < mm ? k + 1 : mm, s_new = (k + 1) % mm;
-#pragma omp parallel for schedule(static) if (n >= FP_PAR_MIN_FLOATS && nb > 1)
-        for (int b = 0; b < nb; b++) {
-            double alpha[MAXM];
-            size_t off = (size_t)b * d;
-            sample_weights(alpha, X, F, n, off, d, nh, s, o->anderson_lambda);
-            sample_mix(X, F, alpha, n, off, d, nh, s_new, o->anderson_beta);
-        }
+        AndersonStep a = {X, F, n, d, nh, s, s_new, o->anderson_lambda, o->anderson_beta};
+        k_foreach(nb, (double)d * nh * FP_NS_PER_FLOAT, anderson_samples, &a);
     }
     fp_track_stats(&t, st, iters, converged);
     return IM_OK;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "fp_impl.h"
 
 /* Residual growth (against the sample's lowest) that triggers a restart. Broyden's residuals are
@@ -65,6 +66,61 @@ size_t fp_broyden_scratch(const FpOpts *o, size_t n, int nb) {
     return (2 * (size_t)o->broyden_m + 5) * n + fp_track_floats(nb);
 }
 
+/* One Broyden step of the samples [b0, b1) (k_foreach items): each sample owns its d floats of
+ * every buffer, so samples never share a write. */
+typedef struct {
+    float *x, *fx, *g, *up, *w, *U, *V, *z;
+    const double *low_abs;
+    size_t n, d;
+    int mm, nh, nh_new, slot, first;
+} BroydenStep;
+
+static void broyden_samples(void *ctx, long b0, long b1) {
+    const BroydenStep *a = ctx;
+    float *x = a->x, *fx = a->fx, *g = a->g, *up = a->up, *w = a->w, *U = a->U, *V = a->V, *z = a->z;
+    size_t n = a->n, d = a->d;
+    int mm = a->mm, nh = a->nh, nh_new = a->nh_new, slot = a->slot, first = a->first;
+    for (long b = b0; b < b1; b++) {
+        size_t off = (size_t)b * d;
+        float *xb = x + off, *fb = fx + off, *gb = g + off, *ub = up + off, *wb = w + off;
+        for (size_t e = 0; e < d; e++) fb[e] -= xb[e];   /* fx → g(x) */
+        double res = sqrt(dot(fb, fb, d));
+        if (!first) {
+            /* rank-one update from Δx = up, Δg = g(x) − g_prev, using the history before the
+             * slot it overwrites (torchdeq computes with part_Us, then stores) */
+            for (size_t e = 0; e < d; e++) gb[e] = fb[e] - gb[e];
+            apply_b(w, up, U, V, n, off, d, nh, 1);   /* w = Bᵀ Δx */
+            double den = dot(wb, gb, d);
+            apply_b(g, g, U, V, n, off, d, nh, 0);    /* g = B Δg */
+            float *us = U + (size_t)slot * n + off, *vs = V + (size_t)slot * n + off;
+            if (den != 0.0 && isfinite(den)) {
+                for (size_t e = 0; e < d; e++) {
+                    us[e] = (float)(((double)ub[e] - (double)gb[e]) / den);
+                    vs[e] = wb[e];
+                }
+                if (!all_finite(us, d)) memset(us, 0, d * sizeof(float));
+            } else {
+                memset(us, 0, d * sizeof(float));   /* a zero u drops the update */
+                memset(vs, 0, d * sizeof(float));
+            }
+        }
+        memcpy(gb, fb, d * sizeof(float));
+        apply_b(up, g, U, V, n, off, d, nh_new, 0);   /* up = B g, the step is −B g */
+        for (size_t e = 0; e < d; e++) ub[e] = -ub[e];
+        if (res > RESTART * a->low_abs[b] || !all_finite(ub, d)) {
+            /* restart this sample at its best f-output with B = −I: clear its history, take no
+             * step now (the next evaluation is at the restart point; Δx = 0 drops the update) */
+            for (int i = 0; i < mm; i++) {
+                memset(U + (size_t)i * n + off, 0, d * sizeof(float));
+                memset(V + (size_t)i * n + off, 0, d * sizeof(float));
+            }
+            memcpy(xb, z + off, d * sizeof(float));
+            memset(ub, 0, d * sizeof(float));
+        }
+        for (size_t e = 0; e < d; e++) xb[e] += ub[e];
+    }
+}
+
 int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
     size_t n = m->n, d = n / (size_t)m->nb;
     int mm = o->broyden_m, nb = m->nb;
@@ -88,46 +144,8 @@ int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *sc
         }
         if (k == o->max_iter) break;   /* no evaluation left for the step */
         int first = k == 1, nh_new = first ? 0 : (nh < mm ? nh + 1 : mm);
-#pragma omp parallel for schedule(static) if (n >= FP_PAR_MIN_FLOATS && nb > 1)
-        for (int b = 0; b < nb; b++) {
-            size_t off = (size_t)b * d;
-            float *xb = x + off, *fb = fx + off, *gb = g + off, *ub = up + off, *wb = w + off;
-            for (size_t e = 0; e < d; e++) fb[e] -= xb[e];   /* fx → g(x) */
-            double res = sqrt(dot(fb, fb, d));
-            if (!first) {
-                /* rank-one update from Δx = up, Δg = g(x) − g_prev, using the history before the
-                 * slot it overwrites (torchdeq computes with part_Us, then stores) */
-                for (size_t e = 0; e < d; e++) gb[e] = fb[e] - gb[e];
-                apply_b(w, up, U, V, n, off, d, nh, 1);   /* w = Bᵀ Δx */
-                double den = dot(wb, gb, d);
-                apply_b(g, g, U, V, n, off, d, nh, 0);    /* g = B Δg */
-                float *us = U + (size_t)slot * n + off, *vs = V + (size_t)slot * n + off;
-                if (den != 0.0 && isfinite(den)) {
-                    for (size_t e = 0; e < d; e++) {
-                        us[e] = (float)(((double)ub[e] - (double)gb[e]) / den);
-                        vs[e] = wb[e];
-                    }
-                    if (!all_finite(us, d)) memset(us, 0, d * sizeof(float));
-                } else {
-                    memset(us, 0, d * sizeof(float));   /* a zero u drops the update */
-                    memset(vs, 0, d * sizeof(float));
-                }
-            }
-            memcpy(gb, fb, d * sizeof(float));
-            apply_b(up, g, U, V, n, off, d, nh_new, 0);   /* up = B g, the step is −B g */
-            for (size_t e = 0; e < d; e++) ub[e] = -ub[e];
-            if (res > RESTART * t.low_abs[b] || !all_finite(ub, d)) {
-                /* restart this sample at its best f-output with B = −I: clear its history, take no
-                 * step now (the next evaluation is at the restart point; Δx = 0 drops the update) */
-                for (int i = 0; i < mm; i++) {
-                    memset(U + (size_t)i * n + off, 0, d * sizeof(float));
-                    memset(V + (size_t)i * n + off, 0, d * sizeof(float));
-                }
-                memcpy(xb, z + off, d * sizeof(float));
-                memset(ub, 0, d * sizeof(float));
-            }
-            for (size_t e = 0; e < d; e++) xb[e] += ub[e];
-        }
+        BroydenStep a = {x, fx, g, up, w, U, V, z, t.low_abs, n, d, mm, nh, nh_new, slot, first};
+        k_foreach(nb, (double)d * FP_NS_PER_FLOAT, broyden_samples, &a);
         if (!first) {
             nh = nh_new;
             slot = (slot + 1) % mm;

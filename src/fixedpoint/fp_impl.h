@@ -3,8 +3,8 @@
  *
  * FpTrack is torchdeq's per-sample bookkeeping (solver/utils.py update_state): for each sample and
  * each stop mode the lowest residual seen and the step that gave it, and in the caller's `best`
- * buffer the f-output of the stop mode's lowest step. It lives in 6·nb + 2 floats of the solver
- * scratch: the lowest residuals as doubles (8-byte aligned inside it; a float copy would make
+ * buffer the f-output of the stop mode's lowest step. It lives in 8·nb + 2 floats of the solver
+ * scratch: this step's stop-mode residuals and the lowest residuals as doubles (8-byte aligned inside it; a float copy would make
  * "lower than" depend on rounding once residuals stall near float precision), the steps as floats
  * (small integers, exact). The scratch must be malloc'd or arena memory (no declared type).
  */
@@ -15,9 +15,11 @@
 
 #include "fp.h"
 
-/* Per-sample loops run in parallel (one sample per thread, so sums never depend on the thread
- * count) only when the batch is big enough to pay for the fork. */
-#define FP_PAR_MIN_FLOATS 32768
+/* Per-sample loops run through k_foreach (one sample per thread, so sums never depend on the
+ * thread count), which forks only when the batch is big enough to pay for it. Their estimated
+ * one-thread cost per float of a sample: these loops forked from 32768 floats before, 20 us (the
+ * kernels' fork threshold) at this rate. */
+#define FP_NS_PER_FLOAT 0.6
 
 typedef struct {
     int nb;          /* samples */
@@ -27,6 +29,7 @@ typedef struct {
     double *low_rel; /* (nb) lowest relative residual so far */
     float *step_abs; /* (nb) step of low_abs (0 = none yet) */
     float *step_rel; /* (nb) step of low_rel */
+    double *res;     /* (nb) this step's stop-mode residual per sample (NaN: not finite) */
 } FpTrack;
 
 /* Floats fp_track_init carves. */

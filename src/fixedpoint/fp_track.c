@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "fp_impl.h"
 
-size_t fp_track_floats(int nb) { return 6 * (size_t)nb + 2; }
+size_t fp_track_floats(int nb) { return 8 * (size_t)nb + 2; }
 
 int fp_nonfinite(int iter) {
     return err_set(IM_ENUM, "fixed-point solve: f produced NaN/inf at iteration %d", iter);
@@ -31,6 +32,7 @@ void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem) {
     at = (at + 7) & ~(uintptr_t)7;
     t->low_abs = (double *)at;
     t->low_rel = t->low_abs + nb;
+    t->res = t->low_rel + nb;
     for (int b = 0; b < m->nb; b++) {
         /* torchdeq init_solver_info: init_loss 1e8, step 0 */
         t->low_abs[b] = t->low_rel[b] = 1e8;
@@ -38,15 +40,17 @@ void fp_track_init(FpTrack *t, const FpMap *m, FpStop stop, float *mem) {
     }
 }
 
-double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step) {
-    /* worst: the batch's largest stop-mode residual, the quantity the stop rule compares with tol
-     * (torchdeq: trace_dict[stop_mode][-1].max()) */
-    double worst = 0.0;
-    int bad = 0;
+/* The samples [b0, b1) of fp_track_update (k_foreach items): each writes only its own entries. */
+typedef struct { FpTrack *t; float *best; const float *fx, *x; int step; } TrackStep;
+
+static void track_samples(void *ctx, long b0, long b1) {
+    const TrackStep *a = ctx;
+    FpTrack *t = a->t;
+    const float *fx = a->fx, *x = a->x;
+    float *best = a->best;
+    int step = a->step;
     size_t d = t->d;
-#pragma omp parallel for schedule(static) reduction(max : worst) reduction(| : bad) \
-    if ((size_t)t->nb * d >= FP_PAR_MIN_FLOATS && t->nb > 1)
-    for (int b = 0; b < t->nb; b++) {
+    for (long b = b0; b < b1; b++) {
         const float *fb = fx + (size_t)b * d, *xb = x + (size_t)b * d;
         double ss_d = 0.0, ss_f = 0.0;
         for (size_t i = 0; i < d; i++) {
@@ -58,11 +62,10 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
          * in fx_b shows up here, so this is also the solvers' NaN check, at no extra pass. */
         double res_abs = sqrt(ss_d), res_rel = res_abs / (sqrt(ss_f) + 1e-9);
         if (!isfinite(res_abs) || !isfinite(res_rel)) {
-            bad = 1;
+            t->res[b] = NAN;
             continue;
         }
-        double res = t->stop == FP_STOP_REL ? res_rel : res_abs;
-        if (res > worst) worst = res;
+        t->res[b] = t->stop == FP_STOP_REL ? res_rel : res_abs;
         /* each mode keeps its own lowest and step; only the stop mode picks the returned value */
         /* strict <, as torchdeq: on a tie the earlier step is kept */
         int lower_abs = res_abs < t->low_abs[b], lower_rel = res_rel < t->low_rel[b];
@@ -77,7 +80,19 @@ double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x,
         if (t->stop == FP_STOP_REL ? lower_rel : lower_abs)
             memcpy(best + (size_t)b * d, fb, d * sizeof(float));
     }
-    return bad ? NAN : worst;
+}
+
+double fp_track_update(FpTrack *t, float *best, const float *fx, const float *x, int step) {
+    TrackStep a = {t, best, fx, x, step};
+    k_foreach(t->nb, (double)t->d * FP_NS_PER_FLOAT, track_samples, &a);
+    /* worst: the batch's largest stop-mode residual, the quantity the stop rule compares with tol
+     * (torchdeq: trace_dict[stop_mode][-1].max()) */
+    double worst = 0.0;
+    for (int b = 0; b < t->nb; b++) {
+        if (isnan(t->res[b])) return NAN;
+        if (t->res[b] > worst) worst = t->res[b];
+    }
+    return worst;
 }
 
 int fp_track_eval(FpTrack *t, float *z, const float *fx, const float *x, int step, double tol, FpStats *st) {

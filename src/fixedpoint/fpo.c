@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "fp_impl.h"
 
 void fpo_opts_default(FpoOpts *o) {
@@ -60,6 +61,24 @@ static double sample_residual(const float *y, const float *F, size_t per, size_t
     return worst;
 }
 
+/* The per-sample passes of fpo_solve (k_foreach items): residuals, then the relaxed update. */
+typedef struct { float *y; const float *F, *step; double *res; size_t per, tok; double eps; } FpoStep;
+
+static void fpo_residuals(void *ctx, long b0, long b1) {
+    const FpoStep *a = ctx;
+    for (long b = b0; b < b1; b++)
+        a->res[b] = sample_residual(a->y + b * a->per, a->F + b * a->per, a->per, a->tok, a->eps);
+}
+
+static void fpo_relax(void *ctx, long b0, long b1) {
+    const FpoStep *a = ctx;
+    for (long b = b0; b < b1; b++) {
+        float s = a->step[b], *yb = a->y + b * a->per;
+        const float *Fb = a->F + b * a->per;
+        for (size_t i = 0; i < a->per; i++) yb[i] = s * Fb[i] + (1 - s) * yb[i];
+    }
+}
+
 int fpo_solve(const FpMap *m, size_t tok, float *y, const FpoOpts *o, FpoStats *st, float *scratch) {
     CHECK(m && m->f && m->nb >= 1 && m->n % (size_t)m->nb == 0 && tok >= 1 && (m->n / m->nb) % tok == 0,
           "map of %zu floats, %d samples, tokens of %zu", m->n, m->nb, tok);
@@ -92,19 +111,14 @@ int fpo_solve(const FpMap *m, size_t tok, float *y, const FpoOpts *o, FpoStats *
             if (!(bq >= o->thr && smax >= o->step_min && it < o->cap)) break;
         }
         m->f(m->ctx, F, y);
-#pragma omp parallel for schedule(static) if (m->n >= FP_PAR_MIN_FLOATS && nb > 1)
-        for (int b = 0; b < nb; b++) res[b] = sample_residual(y + b * per, F + b * per, per, tok, o->eps);
+        FpoStep a = {y, F, step, res, per, tok, o->eps};
+        k_foreach(nb, (double)per * FP_NS_PER_FLOAT, fpo_residuals, &a);
         for (int b = 0; b < nb; b++) bad |= !isfinite(res[b]);
         if (bad) {
             if (st) memset(st, 0, offsetof(FpoStats, sample_best));
             return fp_nonfinite(it + 1);
         }
-#pragma omp parallel for schedule(static) if (m->n >= FP_PAR_MIN_FLOATS && nb > 1)
-        for (int b = 0; b < nb; b++) {
-            float s = step[b], *yb = y + b * per;
-            const float *Fb = F + b * per;
-            for (size_t i = 0; i < per; i++) yb[i] = s * Fb[i] + (1 - s) * yb[i];
-        }
+        k_foreach(nb, (double)per * FP_NS_PER_FLOAT, fpo_relax, &a);
         it++;
         for (int b = 0; b < nb; b++) {
             if (res[b] < best[b]) {

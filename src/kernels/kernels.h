@@ -30,14 +30,14 @@
  * that compares the kernel with its reference. */
 #define KERNEL_LIST(X) \
     X(gemm) X(gemm_pb) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
-    X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) \
+    X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(layernorm_fwd) X(layernorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
-    X(adamw) X(sumsq) X(axpby)
+    X(adamw) X(sumsq) X(axpby) X(foreach)
 
 /* ---- threads -------------------------------------------------------------------------------- */
 /* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
@@ -126,6 +126,20 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
                          const float *z, const float *w, const float *rstd, int M, int C);
 void k_gated_rmsnorm_bwd_ref(float *dx, float *dz, float *dw, const float *dy, const float *x,
                              const float *z, const float *w, const float *rstd, int M, int C);
+
+/* LayerNorm (torch.nn.LayerNorm, biased variance): y = (x - mu) r w + b per row, mu = mean(x),
+ * r = (mean((x - mu)^2) + eps)^-1/2, both summed in double.  x,y:(M,C) w,b:(C) y written (must
+ * not alias x); mean, rstd:(M)|NULL receive mu and r (both or neither: NULL when no backward). */
+void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                     int M, int C, float eps);
+void k_layernorm_fwd_ref(float *y, float *mean, float *rstd, const float *x, const float *w,
+                         const float *b, int M, int C, float eps);
+/* xh = (x - mu) r:  dx += r (dy w - mean(dy w) - xh mean(dy w xh));  dw += sum_M dy xh;
+ * db += sum_M dy (column sums in row order, in double). dx, dw, db may be NULL. */
+void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                     const float *mean, const float *rstd, int M, int C);
+void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, const float *mean, const float *rstd, int M, int C);
 
 /* ---- softmax and cross-entropy -------------------------------------------------------------- */
 /* y = softmax(x) per row (max-subtracted).  x,y:(M,C); y may alias x. */
@@ -362,5 +376,17 @@ double k_sumsq_ref(const float *x, size_t n);
 /* y = a*x + b*y  (relaxation steps, residual adds, scaling) */
 void k_axpby(float *y, float a, const float *x, float b, size_t n);
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);
+
+/* ---- a parallel loop for the layers and solvers ---------------------------------------------
+ * fn(ctx, i0, i1) for contiguous ranges covering [0, n) exactly once, in increasing order within
+ * each range. The fast version splits [0, n) into one range per thread (schedule(static)) when
+ * the estimated one-thread time n * ns_per_item reaches the fork threshold (k_fork_ns), else
+ * calls fn(ctx, 0, n) on the calling thread without entering OpenMP; the reference always does
+ * the latter. For loops whose items are independent but whose body is a layer's or a solver's
+ * own math (a mixer's token, a solver's sample): fn must write only what item i owns, so the
+ * results do not depend on the split. ns_per_item is the caller's measured or estimated cost. */
+typedef void (*KForeachFn)(void *ctx, long i0, long i1);
+void k_foreach(long n, double ns_per_item, KForeachFn fn, void *ctx);
+void k_foreach_ref(long n, double ns_per_item, KForeachFn fn, void *ctx);
 
 #endif

@@ -154,10 +154,15 @@ void fpc_carve_mix_grad(Carve *k, FpcMixGrad *g, const MixerCfg *mix, int M) {
     g->ds = fpc_take(k, ME);
 }
 
-void fpc_make_p(float *p, const float *x, const float *s, int M, int E, int h_dep, int symm) {
-    int dp = h_dep && !symm ? 2 * E : E;
-#pragma omp parallel for schedule(static) if ((long)M * E >= FPC_PAR_MIN)
-    for (int m = 0; m < M; m++) {
+/* The rows [m0, m1) of fpc_make_p / fpc_make_p_bwd (k_foreach items). */
+typedef struct { float *p, *dx, *ds; const float *x, *s, *dp; int E, h_dep, symm; } MakeP;
+
+static void make_p_rows(void *ctx, long m0, long m1) {
+    const MakeP *a = ctx;
+    const float *x = a->x, *s = a->s;
+    float *p = a->p;
+    int E = a->E, h_dep = a->h_dep, symm = a->symm, dp = h_dep && !symm ? 2 * E : E;
+    for (long m = m0; m < m1; m++) {
         const float *xm = x + (size_t)m * E, *sm = s + (size_t)m * E;
         float *pm = p + (size_t)m * dp;
         if (!h_dep) memcpy(pm, xm, (size_t)E * sizeof(float));
@@ -170,10 +175,17 @@ void fpc_make_p(float *p, const float *x, const float *s, int M, int E, int h_de
     }
 }
 
-void fpc_make_p_bwd(float *dx, float *ds, const float *dp, int M, int E, int h_dep, int symm) {
-    int w = h_dep && !symm ? 2 * E : E;
-#pragma omp parallel for schedule(static) if ((long)M * E >= FPC_PAR_MIN)
-    for (int m = 0; m < M; m++) {
+void fpc_make_p(float *p, const float *x, const float *s, int M, int E, int h_dep, int symm) {
+    MakeP a = {p, NULL, NULL, x, s, NULL, E, h_dep, symm};
+    k_foreach(M, E * FPC_NS_PER_FLOAT, make_p_rows, &a);
+}
+
+static void make_p_bwd_rows(void *ctx, long m0, long m1) {
+    const MakeP *a = ctx;
+    const float *dp = a->dp;
+    float *dx = a->dx, *ds = a->ds;
+    int E = a->E, h_dep = a->h_dep, symm = a->symm, w = h_dep && !symm ? 2 * E : E;
+    for (long m = m0; m < m1; m++) {
         const float *pm = dp + (size_t)m * w;
         float *xm = dx + (size_t)m * E;
         for (int i = 0; i < E; i++) xm[i] += pm[i];
@@ -184,14 +196,19 @@ void fpc_make_p_bwd(float *dx, float *ds, const float *dp, int M, int E, int h_d
     }
 }
 
+void fpc_make_p_bwd(float *dx, float *ds, const float *dp, int M, int E, int h_dep, int symm) {
+    MakeP a = {NULL, dx, ds, NULL, NULL, dp, E, h_dep, symm};
+    k_foreach(M, E * FPC_NS_PER_FLOAT, make_p_bwd_rows, &a);
+}
+
 /* v = a − y, xt = Q(p) v + y; with rawfix the fixed share of the projections stands for p's
  * first split columns and pvar:(M, dp − split) for the rest (mixer_fwd_fixed). */
 static void mix_apply(const MixerCfg *mix, const MixerW *w, float *xt, float *v, const float *p, const float *rawfix,
                       const float *pvar, int split, const float *a, const float *y, int M, float *mcache,
                       float *mscratch) {
     size_t ME = (size_t)M * mix->d;
-#pragma omp parallel for schedule(static) if (ME >= FPC_PAR_MIN)
-    for (size_t i = 0; i < ME; i++) v[i] = a[i] - y[i];
+    k_axpby(v, 1.0f, a, 0.0f, ME); /* v = a, then v = a - y (one rounding, as a[i] - y[i]) */
+    k_axpby(v, -1.0f, y, 1.0f, ME);
     if (rawfix) mixer_fwd_fixed(mix, w, xt, rawfix, pvar, split, v, M, mscratch);
     else mixer_fwd(mix, w, xt, p, v, M, mcache, mscratch);
     k_axpby(xt, 1.0f, y, 1.0f, ME);

@@ -19,7 +19,12 @@
 #include "../kernels/kernels.h"
 
 #define SLOT_BUDGET ((size_t)1 << 22) /* floats of per-token workspace kept at once */
-#define PAR_MIN_WORK 32768            /* below this (tokens x workspace) the token loop stays serial */
+/* One-thread cost estimates for k_foreach: a token of the mixer per float of its workspace (the
+ * token loop used to fork from 32768 floats of workspace, i.e. from 20 us at this rate), a
+ * ReLU element, and an activation gradient with libm's scalar expf. */
+#define NS_PER_WORK_FLOAT 0.6
+#define NS_RELU 0.1
+#define NS_EXPF 2.0
 
 static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -354,7 +359,34 @@ static void project(const MixerCfg *c, const MixerW *w, const float *p, int M, f
 
 static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-#define EW_PAR (1 << 16) /* elementwise loops below this many floats stay serial */
+/* The elementwise activation loops (k_foreach items): y = f(x) or y *= f'(x) on [i0, i1). */
+typedef struct { float *y; const float *x; } Ew;
+
+static void relu_fwd_range(void *ctx, long i0, long i1) {
+    const Ew *e = ctx;
+    for (long i = i0; i < i1; i++) e->y[i] = e->x[i] > 0 ? e->x[i] : 0.0f;
+}
+
+static void relu_bwd_range(void *ctx, long i0, long i1) {
+    const Ew *e = ctx;
+    for (long i = i0; i < i1; i++) e->y[i] = e->x[i] > 0 ? e->y[i] : 0.0f; /* torch: no gradient at 0 */
+}
+
+static void silu_bwd_range(void *ctx, long i0, long i1) {
+    const Ew *e = ctx;
+    for (long i = i0; i < i1; i++) {
+        float x = e->x[i], s = sigm(x);
+        e->y[i] *= s * (1.0f + x * (1.0f - s));
+    }
+}
+
+static void sigmoid_bwd_range(void *ctx, long i0, long i1) {
+    const Ew *e = ctx;
+    for (long i = i0; i < i1; i++) {
+        float s = sigm(e->x[i]);
+        e->y[i] *= s * (1.0f - s);
+    }
+}
 
 /* act = f(raw): sigmoid on gates, mixer_ac on everything else */
 static void activate(const MixerCfg *c, const float *raw, float *act, int M) {
@@ -369,8 +401,8 @@ static void activate(const MixerCfg *c, const float *raw, float *act, int M) {
         else if (kind == MIX_AC_IDENTITY)
             memcpy(y, x, (size_t)n * sizeof(float));
         else if (kind == MIX_AC_RELU) {
-#pragma omp parallel for schedule(static) if (n >= EW_PAR)
-            for (long i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
+            Ew e = {y, x};
+            k_foreach(n, NS_RELU, relu_fwd_range, &e);
         } else {
             k_sigmoid(y, x, NULL, M, c->proj[j].out);
         }
@@ -385,22 +417,10 @@ static void activate_bwd(const MixerCfg *c, const float *raw, float *g, int M) {
         const float *x = raw + o;
         float *y = g + o;
         int kind = c->proj[j].gate ? -1 : c->ac;
-        if (kind == MIX_AC_RELU) {
-#pragma omp parallel for schedule(static) if (n >= EW_PAR)
-            for (long i = 0; i < n; i++) y[i] = x[i] > 0 ? y[i] : 0.0f; /* torch: no gradient at 0 */
-        } else if (kind == MIX_AC_SILU) {
-#pragma omp parallel for schedule(static) if (n >= EW_PAR)
-            for (long i = 0; i < n; i++) {
-                float s = sigm(x[i]);
-                y[i] *= s * (1.0f + x[i] * (1.0f - s));
-            }
-        } else if (kind < 0) {
-#pragma omp parallel for schedule(static) if (n >= EW_PAR)
-            for (long i = 0; i < n; i++) {
-                float s = sigm(x[i]);
-                y[i] *= s * (1.0f - s);
-            }
-        }
+        Ew e = {y, x};
+        if (kind == MIX_AC_RELU) k_foreach(n, NS_RELU, relu_bwd_range, &e);
+        else if (kind == MIX_AC_SILU) k_foreach(n, NS_EXPF, silu_bwd_range, &e);
+        else if (kind < 0) k_foreach(n, NS_EXPF, sigmoid_bwd_range, &e);
     }
 }
 
@@ -470,6 +490,43 @@ static void tok_bwd(const MixerCfg *c, float *act, int M, int t, const float *x,
         for (int i = 0; i < d; i++) dv[i] += gin[i];
 }
 
+/* One chunk of the token loops (k_foreach items j: token t0 + j in workspace slot j). */
+typedef struct {
+    const MixerCfg *c;
+    float *act; /* tok_fwd / tok_bwd take it writable */
+    const float *v, *dout;
+    float *out, *dv, *slots;
+    int M, t0, want;
+} TokChunk;
+
+static void tok_fwd_range(void *ctx, long j0, long j1) {
+    const TokChunk *k = ctx;
+    int d = k->c->d;
+    for (long j = j0; j < j1; j++) {
+        size_t t = (size_t)(k->t0 + j);
+        tok_fwd(k->c, k->act, k->M, (int)t, k->v + t * d, k->out + t * d, k->slots + (size_t)j * k->c->work);
+    }
+}
+
+static void tok_bwd_range(void *ctx, long j0, long j1) {
+    const TokChunk *k = ctx;
+    int d = k->c->d;
+    for (long j = j0; j < j1; j++) {
+        size_t t = (size_t)(k->t0 + j);
+        tok_bwd(k->c, k->act, k->M, (int)t, k->v + t * d, k->dout + t * d, k->dv ? k->dv + t * d : NULL, k->want,
+                k->slots + (size_t)j * k->c->work);
+    }
+}
+
+/* out = the mixer applied to every token, S tokens (workspace slots) at a time. */
+static void tok_fwd_all(const MixerCfg *c, float *act, const float *v, float *out, float *slots, int M) {
+    int S = n_slots(c, M);
+    for (int t0 = 0; t0 < M; t0 += S) {
+        TokChunk k = {c, act, v, NULL, out, NULL, slots, M, t0, 0};
+        k_foreach(M - t0 < S ? M - t0 : S, (double)c->work * NS_PER_WORK_FLOAT, tok_fwd_range, &k);
+    }
+}
+
 void mixer_fwd(const MixerCfg *c, const MixerW *w, float *out, const float *p, const float *v, int M,
                float *cache, float *scratch) {
     CHECK(c && w && out && v && M >= 0, "mixer_fwd: NULL argument");
@@ -483,15 +540,7 @@ void mixer_fwd(const MixerCfg *c, const MixerW *w, float *out, const float *p, c
     float *raw = cache ? cache : s.raw, *mid = cache ? cache + (size_t)M * c->out_total : s.mid;
     project(c, w, p, M, raw, mid);
     activate(c, raw, s.act, M);
-    int S = n_slots(c, M), d = c->d;
-    for (int t0 = 0; t0 < M; t0 += S) {
-        int nt = M - t0 < S ? M - t0 : S;
-#pragma omp parallel for schedule(static) if ((size_t)nt * c->work >= PAR_MIN_WORK)
-        for (int j = 0; j < nt; j++) {
-            size_t t = (size_t)(t0 + j);
-            tok_fwd(c, s.act, M, (int)t, v + t * d, out + t * d, s.slots + (size_t)j * c->work);
-        }
-    }
+    tok_fwd_all(c, s.act, v, out, s.slots, M);
 }
 
 size_t mixer_fixed_floats(const MixerCfg *c, int M) {
@@ -528,15 +577,7 @@ void mixer_fwd_fixed(const MixerCfg *c, const MixerW *w, float *out, const float
         }
     }
     activate(c, s.raw, s.act, M);
-    int S = n_slots(c, M), d = c->d;
-    for (int t0 = 0; t0 < M; t0 += S) {
-        int nt = M - t0 < S ? M - t0 : S;
-#pragma omp parallel for schedule(static) if ((size_t)nt * c->work >= PAR_MIN_WORK)
-        for (int j = 0; j < nt; j++) {
-            size_t t = (size_t)(t0 + j);
-            tok_fwd(c, s.act, M, (int)t, v + t * d, out + t * d, s.slots + (size_t)j * c->work);
-        }
-    }
+    tok_fwd_all(c, s.act, v, out, s.slots, M);
 }
 
 void mixer_bwd(const MixerCfg *c, const MixerW *w, MixerW *dw, float *dp, float *dv, const float *dout,
@@ -555,15 +596,10 @@ void mixer_bwd(const MixerCfg *c, const MixerW *w, MixerW *dw, float *dp, float 
     Scr s = carve(c, scratch, M);
     const float *raw = cache, *mid = cache + (size_t)M * c->out_total;
     activate(c, raw, s.act, M);
-    int S = n_slots(c, M), d = c->d;
+    int S = n_slots(c, M);
     for (int t0 = 0; t0 < M; t0 += S) {
-        int nt = M - t0 < S ? M - t0 : S;
-#pragma omp parallel for schedule(static) if ((size_t)nt * c->work >= PAR_MIN_WORK)
-        for (int j = 0; j < nt; j++) {
-            size_t t = (size_t)(t0 + j);
-            tok_bwd(c, s.act, M, (int)t, v + t * d, dout + t * d, dv ? dv + t * d : NULL, want,
-                    s.slots + (size_t)j * c->work);
-        }
+        TokChunk k = {c, s.act, v, dout, NULL, dv, s.slots, M, t0, want};
+        k_foreach(M - t0 < S ? M - t0 : S, (double)c->work * NS_PER_WORK_FLOAT, tok_bwd_range, &k);
     }
     if (!want) return;
     activate_bwd(c, raw, s.act, M);

@@ -222,6 +222,73 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
     if (dw) add_partials(dw, part, nb, C);
 }
 
+/* ---- LayerNorm --------------------------------------------------------------------------------- */
+
+/* As ref/dense.c, rows split over threads; the parameter gradients split over columns, each
+ * summed over rows in order, so every output is the reference's sum in the reference's order. */
+void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                     int M, int C, float eps) {
+    KT_FOR(ROW_TEAM(M, C),
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *yi = y + (size_t)i * C;
+        double s = 0, s2 = 0;
+        for (int c = 0; c < C; c++) s += xi[c];
+        double mu = s / C;
+        for (int c = 0; c < C; c++) {
+            double d = xi[c] - mu;
+            s2 += d * d;
+        }
+        float r = (float)(1.0 / sqrt(s2 / C + eps)), m = (float)mu;
+        for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * r * w[c] + b[c];
+        if (mean) mean[i] = m;
+        if (rstd) rstd[i] = r;
+    });
+}
+
+void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                     const float *mean, const float *rstd, int M, int C) {
+    if (dx)
+        KT_FOR(ROW_TEAM(M, C),
+        for (int i = 0; i < M; i++) {
+            const float *xi = x + (size_t)i * C, *gi = dy + (size_t)i * C;
+            float mu = mean[i], r = rstd[i];
+            double a = 0, bsum = 0;
+            for (int c = 0; c < C; c++) {
+                double gw = (double)gi[c] * w[c], xh = (xi[c] - mu) * r;
+                a += gw;
+                bsum += gw * xh;
+            }
+            float ma = (float)(a / C), mb = (float)(bsum / C);
+            float *dxi = dx + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float xh = (xi[c] - mu) * r;
+                dxi[c] += r * (gi[c] * w[c] - ma - xh * mb);
+            }
+        });
+    if (!dw && !db) return;
+    /* column chunks, rows in order inside each (the reference's order per column), read row by
+     * row so that every pass over dy and x is contiguous */
+    int nchunk = (C + COLCHUNK - 1) / COLCHUNK;
+    KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, nchunk),
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * COLCHUNK, n = C - c0 < COLCHUNK ? C - c0 : COLCHUNK;
+        double sw[COLCHUNK], sb[COLCHUNK];
+        for (int c = 0; c < n; c++) sw[c] = sb[c] = 0.0;
+        for (int i = 0; i < M; i++) {
+            const float *gi = dy + (size_t)i * C + c0, *xi = x + (size_t)i * C + c0;
+            for (int c = 0; c < n; c++) {
+                sw[c] += (double)gi[c] * (xi[c] - mean[i]) * rstd[i];
+                sb[c] += gi[c];
+            }
+        }
+        for (int c = 0; c < n; c++) {
+            if (dw) dw[c0 + c] += (float)sw[c];
+            if (db) db[c0 + c] += (float)sb[c];
+        }
+    });
+}
+
 /* ---- softmax and cross-entropy --------------------------------------------------------------- */
 
 /* Three passes over a row that stays in L1/L2: max, exp + sum, scale by 1 / sum. */

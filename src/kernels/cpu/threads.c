@@ -1,4 +1,5 @@
-/* threads.c: the one place that sets OpenMP and OpenBLAS thread counts (CLI --threads). */
+/* threads.c: the one place that sets OpenMP and OpenBLAS thread counts (CLI --threads), the fork
+ * threshold, and k_foreach, the parallel loop the layers and solvers use. */
 #include "../kernels.h"
 #include "threading.h"
 
@@ -32,6 +33,25 @@ static double fork_ns = KT_MIN_NS;
 
 void k_set_fork_ns(double ns) { fork_ns = ns >= 0 ? ns : KT_MIN_NS; }
 double k_fork_ns(void) { return fork_ns; }
+
+/* One range per thread, [n t / nt, n (t + 1) / nt): the split of schedule(static). */
+void k_foreach(long n, double ns_per_item, KForeachFn fn, void *ctx) {
+    if (n <= 0) return;
+    int nt = kt_team((double)n * ns_per_item, n);
+    if (nt == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        long t = kt_thread_id(), team = nt;
+#ifdef _OPENMP
+        team = omp_get_num_threads();
+#endif
+        long i0 = n * t / team, i1 = n * (t + 1) / team;
+        if (i0 < i1) fn(ctx, i0, i1);
+    }
+}
 
 const char *k_blas_name(void) {
 #ifdef IM_OPENBLAS

@@ -48,8 +48,6 @@
 /* Partial sums per reduction: 32 floats = two AVX-512 or four AVX2 registers, which also gives
  * the FMA pipes independent chains. */
 #define LANES 32
-/* Elementwise kernels go parallel above this many elements (below, fork/join costs more). */
-#define PAR_MIN_ELEMS 32768
 
 static inline uint32_t f2u(float x) {
     uint32_t u;

@@ -146,6 +146,49 @@ void k_gated_rmsnorm_bwd_ref(float *dx, float *dz, float *dw, const float *dy, c
 /* ---- softmax and cross-entropy --------------------------------------------------------------- */
 
 /* y = exp(x - max x) / sum exp(x - max x): the max keeps exp from overflowing. */
+/* LayerNorm, one row at a time, statistics in double. */
+void k_layernorm_fwd_ref(float *y, float *mean, float *rstd, const float *x, const float *w,
+                         const float *b, int M, int C, float eps) {
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C;
+        double s = 0, s2 = 0;
+        for (int c = 0; c < C; c++) s += xi[c];
+        double mu = s / C;
+        for (int c = 0; c < C; c++) s2 += (xi[c] - mu) * (xi[c] - mu);
+        float r = (float)(1.0 / sqrt(s2 / C + eps)), m = (float)mu;
+        for (int c = 0; c < C; c++) y[(size_t)i * C + c] = (xi[c] - m) * r * w[c] + b[c];
+        if (mean) mean[i] = m;
+        if (rstd) rstd[i] = r;
+    }
+}
+
+void k_layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, const float *mean, const float *rstd, int M, int C) {
+    for (int i = 0; i < M; i++) {
+        const float *xi = x + (size_t)i * C, *gi = dy + (size_t)i * C;
+        double a = 0, bs = 0; /* mean(dy w) and mean(dy w xh), times C */
+        for (int c = 0; c < C; c++) {
+            double xh = (xi[c] - mean[i]) * rstd[i];
+            a += (double)gi[c] * w[c];
+            bs += (double)gi[c] * w[c] * xh;
+        }
+        for (int c = 0; c < C; c++) {
+            float xh = (xi[c] - mean[i]) * rstd[i];
+            if (dx) dx[(size_t)i * C + c] += rstd[i] * (gi[c] * w[c] - (float)(a / C) - xh * (float)(bs / C));
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        double sw = 0, sb = 0;
+        for (int i = 0; i < M; i++) {
+            float g = dy[(size_t)i * C + c];
+            sw += (double)g * (x[(size_t)i * C + c] - mean[i]) * rstd[i];
+            sb += g;
+        }
+        if (dw) dw[c] += (float)sw;
+        if (db) db[c] += (float)sb;
+    }
+}
+
 void k_softmax_ref(float *y, const float *x, int M, int C) {
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C;
@@ -389,4 +432,9 @@ double k_sumsq_ref(const float *x, size_t n) {
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n) {
     /* b == 0 overwrites y without reading it (as GEMM's beta), so y may start uninitialised */
     for (size_t i = 0; i < n; i++) y[i] = b == 0.0f ? a * x[i] : a * x[i] + b * y[i];
+}
+
+void k_foreach_ref(long n, double ns_per_item, KForeachFn fn, void *ctx) {
+    (void)ns_per_item; /* the reference never forks */
+    if (n > 0) fn(ctx, 0, n);
 }
