@@ -65,6 +65,8 @@ BENCH_SRC := $(wildcard bench/bench_*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+# Test scripts (tests/test_*.sh) run like the test binaries, from the build folder beside the binary.
+TEST_SCRIPTS := $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 LIB := $(BUILD)/libimplicit.a
 SONAME := libimplicit.so.$(VERSION_MAJOR)
@@ -105,6 +107,10 @@ $(BUILD)/test_%: tests/test_%.c $(LIB) tests/th.h
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) -MMD -MP $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
+$(BUILD)/test_%: tests/test_%.sh
+	@mkdir -p $(BUILD)
+	cp $< $@ && chmod +x $@
+
 # The option parser lives with the CLI, outside the library; its test also runs the binary.
 $(BUILD)/test_cli: tests/test_cli.c $(BUILD)/obj/cli/opts.o $(LIB) $(BIN) tests/th.h
 	$(CC) $(ALL_CFLAGS) -MMD -MP $< $(BUILD)/obj/cli/opts.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
@@ -113,7 +119,7 @@ $(BUILD)/bench_%: bench/bench_%.c $(LIB) bench/bench_util.h
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
-test: config $(BIN) $(SO) $(EXAMPLES) $(TESTS)
+test: config $(BIN) $(SO) $(EXAMPLES) $(TESTS) $(TEST_SCRIPTS)
 	@sh tests/run.sh $(BUILD)
 
 bench: config $(BIN) $(BENCHES)
