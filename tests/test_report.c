@@ -10,6 +10,7 @@
 #include "../src/core/check.h"
 #include "../src/core/fsutil.h"
 #include "../src/io/keyjson.h"
+#include "../src/io/tbevents.h"
 #include "../src/train/run_report.h"
 #include "../src/train/trainer.h"
 
@@ -242,6 +243,74 @@ static void test_trainer(void) {
     TH_CHECK(access(path, F_OK) != 0, "report 0 wrote nothing");
 }
 
+/* The records of an event file, checked: both CRCs of every record; the tags and values of its
+ * scalars (Summary.Value: tag, simple_value) in order. Returns the record count, -1 when broken. */
+static int tb_parse(const char *path, char tags[][64], float *vals, int cap, int *n_scalars) {
+    FILE *f = fopen(path, "rb");
+    char *d = NULL;
+    size_t n = 0, i = 0;
+    *n_scalars = 0;
+    if (!f || fs_read_all(f, 0, &d, &n)) { if (f) fclose(f); return -1; }
+    fclose(f);
+    int recs = 0;
+    *n_scalars = 0;
+    while (i + 12 <= n) {
+        uint64_t len = 0;
+        uint32_t c1 = 0, c2 = 0;
+        for (int k = 7; k >= 0; k--) len = len << 8 | (unsigned char)d[i + k];
+        for (int k = 3; k >= 0; k--) c1 = c1 << 8 | (unsigned char)d[i + 8 + k];
+        if (i + 16 + len > n) break;
+        for (int k = 3; k >= 0; k--) c2 = c2 << 8 | (unsigned char)d[i + 12 + len + k];
+        uint32_t m1 = tb_crc32c(d + i, 8), m2 = tb_crc32c(d + i + 12, len);
+        m1 = ((m1 >> 15) | (m1 << 17)) + 0xa282ead8u, m2 = ((m2 >> 15) | (m2 << 17)) + 0xa282ead8u;
+        if (m1 != c1 || m2 != c2) { free(d); return -1; }
+        const unsigned char *e = (const unsigned char *)d + i + 12;
+        /* Event: 0x09 + 8 bytes wall_time, 0x10 + varint step, then 0x2a summary or 0x1a version */
+        size_t q = 9 + 1;
+        while (e[q] & 0x80) q++;
+        q++;
+        if (e[q] == 0x2a && *n_scalars < cap) {
+            size_t t = q + 1;
+            while (e[t] & 0x80) t++;   /* summary length */
+            t += 2;                    /* 0x0a, value length (< 128 here) */
+            while (e[t] & 0x80) t++;
+            if (e[t + 1] == 0x0a) {    /* Value.tag */
+                size_t tl = e[t + 2];
+                snprintf(tags[*n_scalars], 64, "%.*s", (int)tl, (const char *)e + t + 3);
+                if (e[t + 3 + tl] == 0x15) memcpy(&vals[*n_scalars], e + t + 4 + tl, 4);
+                ++*n_scalars;
+            }
+        }
+        recs++;
+        i += 16 + len;
+    }
+    free(d);
+    return i == n ? recs : -1;
+}
+
+static void test_tensorboard(void) {
+    TH_CHECK(tb_crc32c("123456789", 9) == 0xe3069283u, "CRC-32C check value: %08x", tb_crc32c("123456789", 9));
+    TH_CHECK(tb_crc32c("", 0) == 0, "CRC-32C of nothing");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tb", root);
+    TbWriter w;
+    TH_CHECK(tb_open(&w, dir) == IM_OK, "open: %s", err_msg());
+    TH_CHECK(tb_scalar(&w, "train/loss", 5, 1.7e9, 0.25) == IM_OK && tb_scalar(&w, "eval/seq_acc/len_8", 300, 1.7e9, 0.75) == IM_OK,
+             "scalars written");
+    char path[4200];
+    snprintf(path, sizeof path, "%s", w.path);
+    tb_close(&w);
+    tb_close(&w);
+    char tags[8][64];
+    float vals[8];
+    int ns = 0, recs = tb_parse(path, tags, vals, 8, &ns);
+    TH_CHECK(recs == 3 && ns == 2, "version + 2 scalar records with good CRCs (%d records, %d scalars)", recs, ns);
+    TH_CHECK(ns == 2 && !strcmp(tags[0], "train/loss") && vals[0] == 0.25f && !strcmp(tags[1], "eval/seq_acc/len_8") &&
+                 vals[1] == 0.75f, "tags and values read back");
+    snprintf(path, sizeof path, "%s/imp/log.jsonl/x", root);
+    TH_CHECK(tb_open(&w, path) == IM_EIO, "a folder under a file is refused: %s", err_msg());
+}
+
 int main(void) {
     th_name = "test_report";
     if (!mkdtemp(root)) { printf("FAIL: mkdtemp\n"); return 1; }
@@ -249,6 +318,7 @@ int main(void) {
     test_overlay_and_escaping();
     test_bad_input();
     test_trainer();
+    test_tensorboard();
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) printf("note: could not remove %s\n", root);

@@ -41,7 +41,8 @@
     X(INT, diverge_warmup, 20, "divergence: healthy steps before the check starts (again after resume or a curriculum switch)") \
     X(INT, diverge_steps, 10, "divergence: consecutive steps above a threshold that stop the run (or are skipped)") \
     X(STR, progress, "auto", "auto | bar | plain | none")                                              \
-    X(INT, report, 1, "1 = write report.html (plots of the run) into the out folder at each checkpoint and at the end")
+    X(INT, report, 1, "1 = write report.html (plots of the run) into the out folder at each checkpoint and at the end") \
+    X(STR, tensorboard, "", "folder for TensorBoard scalar event files (empty: none; `tensorboard --logdir` reads it)")
 
 /* X(key, lo, hi): the range of every integer key, checked first (core/keytab.h). */
 #define TRAIN_CFG_BOUNDS(X)                                                                            \

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../core/check.h"
 #include "../core/timer.h"
@@ -87,6 +88,7 @@ static int open_folder(Trainer *t, int resume_step, int overwrite) {
     snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out);
     t->log = fopen(path, "a");
     if (!t->log) return err_set(IM_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (t->cfg.tensorboard[0]) return err_wrap(tb_open(&t->tb, t->cfg.tensorboard), "train key 'tensorboard'");
     return IM_OK;
 }
 
@@ -352,6 +354,16 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     if (r->conv_seq >= 0) { json_buf_key(&b, "conv_seq"); json_buf_num(&b, r->conv_seq); }
     eval_json_hist(&b, r);
     json_buf_end_obj(&b);
+    if (t->tb.f) {   /* TensorBoard: one tag per metric, length and p */
+        char where[64], tag[128];
+        snprintf(where, sizeof where, r->p >= 0 ? "len_%d_p_%.2f" : "len_%d", r->len, r->p);
+        const char *names[3] = {"loss", "tok_acc", "seq_acc"};
+        double vals[3] = {r->loss, r->tok_acc, r->seq_acc};
+        for (int k = 0; k < 3; k++) {
+            snprintf(tag, sizeof tag, "eval/%s/%s", names[k], where);
+            tb_scalar(&t->tb, tag, t->step, (double)time(NULL), vals[k]);
+        }
+    }
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
     json_buf_free(&b);
@@ -496,6 +508,13 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
     fprintf(t->log, "%s\n", b.data);
     fflush(t->log);
     json_buf_free(&b);
+    if (t->tb.f) {   /* TensorBoard: the same scalars; a write error stops the events, not the run */
+        const char *tags[8] = {"train/loss", "train/accuracy", "train/grad_norm", "train/lr", "train/tokens_per_s",
+                               "solver/iterations", "solver/rel_residual", "solver/rel_residual_max"};
+        double vals[8] = {loss, acc, gnorm, lr, tok_s, t->model.fp_iters, t->model.fp_res, t->model.fp_res_max};
+        for (int k = 0; k < (t->model.fp_phase ? 8 : 5); k++)
+            if (tb_scalar(&t->tb, tags[k], t->step, (double)time(NULL), vals[k])) tb_close(&t->tb);
+    }
 }
 
 /* One optimizer step over grad_accum micro-batches. Returns the mean loss (NaN propagates). */
@@ -731,6 +750,7 @@ int trainer_run(Trainer *t, int stop_at) {
 
 void trainer_free(Trainer *t) {
     if (t->log) fclose(t->log);
+    tb_close(&t->tb);
     rundir_release(t->lock);
     if (t->task) task_free(t->task);
     adamw_free(&t->opt);

@@ -26,6 +26,7 @@
 
 #include "../data/task.h"
 #include "../models/model.h"
+#include "../io/tbevents.h"
 #include "diverge.h"
 #include "evaluate.h"
 #include "optim.h"
@@ -50,6 +51,7 @@ typedef struct {
     const char *phase;    /* implicit models: the current curriculum phase (logged when it changes) */
     FILE *log;            /* log.jsonl */
     FILE *lock;           /* cfg.out/.lock, held for the whole run (rank 0; NULL elsewhere) */
+    TbWriter tb;          /* cfg.tensorboard's event file (rank 0; f NULL when off) */
     EvalRow *last_eval;   /* results of the latest evaluation */
     int n_last_eval;
     double *losses;       /* (cfg.steps) training loss per step (NAN: skipped), for tests and summaries */
