@@ -6,7 +6,7 @@
 #include "opts.h"
 
 #define CLI_COMMANDS(X) \
-    X(info) X(init) X(train) X(eval) X(report) X(data) X(demo) X(smoke) X(generate) X(mc) X(tokenizer)
+    X(info) X(init) X(train) X(eval) X(report) X(data) X(demo) X(smoke) X(generate) X(mc) X(tokenizer) X(export)
 #define CLI_DECLARE(name) \
     extern const CmdSpec name##_cmd; \
     int cmd_##name(int argc, char **argv);

@@ -13,11 +13,13 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../src/core/check.h"
+#include "../src/io/keyjson.h"
 #include "../src/io/safetensors.h"
 #include "../src/models/ckpt.h"
 #include "../src/models/layouts.h"
@@ -256,7 +258,188 @@ static void refusals(void) {
     expect_fail(idx, IM_EFORMAT, "are the same parameter", "a tensor in two shards");
 }
 
-int main(void) {
+/* ---- the command line: export, and tokenizers inside checkpoints ----------------------------- */
+
+static char bin[512];
+
+/* Run `implicit ARGS` (stdout and stderr into *out); the exit status. */
+static int run(const char *args, char *out, size_t cap) {
+    char cmd[2048], log[256];
+    path_of(log, sizeof log, "cli.out");
+    snprintf(cmd, sizeof cmd, "%s %s > %s 2>&1", bin, args, log);
+    int st = system(cmd);
+    out[0] = 0;
+    FILE *f = fopen(log, "rb");
+    if (f) {
+        size_t n = fread(out, 1, cap - 1, f);
+        out[n] = 0;
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+/* Both config files read as the same model config (as JSON text of our keys). */
+static int same_config(const char *a, const char *b) {
+    const char *paths[2] = {a, b};
+    char *json[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        ModelCfg c;
+        if (keyjson_read_file(paths[i], &text, &len) || layout_config_parse(text, len, paths[i], &c)) {
+            printf("  %s: %s\n", paths[i], err_msg());
+            free(text);
+            free(json[0]);
+            return 0;
+        }
+        free(text);
+        size_t need = cfg_to_json(&c, NULL, 0);
+        json[i] = malloc(need);
+        cfg_to_json(&c, json[i], need);
+    }
+    int same = !strcmp(json[0], json[1]);
+    free(json[0]);
+    free(json[1]);
+    return same;
+}
+
+/* `implicit export SRC DIR --layout L` writes exactly the committed folder that PyTorch code read
+ * (tests/ref/gen_interop.py: the same tensors; an hf config.json byte for byte, a reference one
+ * naming the same model), and that folder loads back here with PyTorch's logits and the
+ * source's weights, bit for bit. */
+static void export_case(const char *src, const char *layout, const char *folder) {
+    char d[256], args[1200], out[8192], a[600], b[600];
+    path_of(d, sizeof d, folder);
+    snprintf(args, sizeof args, "export %s %s --layout %s", src, d, layout);
+    int rc = run(args, out, sizeof out);
+    TH_CHECK(rc == 0 && strstr(out, "wrote"), "%s: exit %d: %s", args, rc, out);
+    snprintf(a, sizeof a, "%s/model.safetensors", d);
+    snprintf(b, sizeof b, IOP "%s/model.safetensors", folder);
+    TH_CHECK(same_file(a, b), "%s differs from the committed %s (regenerate: docs/interop.md)", a, b);
+    /* the configs say the same model (the committed one may predate keys added since: defaults) */
+    snprintf(a, sizeof a, "%s/config.json", d);
+    snprintf(b, sizeof b, IOP "%s/config.json", folder);
+    TH_CHECK(same_config(a, b), "%s and the committed %s describe different models (regenerate: docs/interop.md)", a, b);
+    if (strcmp(layout, "hf") == 0) TH_CHECK(same_file(a, b), "%s differs from the committed %s", a, b);
+    Model m, s;
+    if (ckpt_load(&m, d, NULL)) { TH_CHECK(0, "%s: %s", d, err_msg()); return; }
+    TH_CHECK(ckpt_load(&s, src, NULL) == 0 && s.tab.total == m.tab.total &&
+                 !memcmp(s.params, m.params, m.tab.total * sizeof(float)), "%s: the weights round-trip: %s", d, err_msg());
+    model_free(&s);
+    StFile f;
+    if (st_read(&f, IOP "export_logits.safetensors")) { TH_CHECK(0, "%s", err_msg()); model_free(&m); return; }
+    char key[128];
+    snprintf(key, sizeof key, "%s.ids", folder);
+    const StTensor *ids = st_find(&f, key);
+    snprintf(key, sizeof key, "%s.logits", folder);
+    const StTensor *want = st_find(&f, key);
+    if (!ids || !want) { TH_CHECK(0, "%s: no %s", folder, key); st_free(&f); model_free(&m); return; }
+    int B = (int)ids->shape[0], T = (int)ids->shape[1];
+    m.training = 0;
+    TH_CHECK(model_fwd(&m, st_data(&f, ids), NULL, B, T, NULL) == 0, "%s", err_msg());
+    size_t n = (size_t)B * T * m.V;
+    double e = st_numel(want) == n ? th_rel_err(m.logits, st_data(&f, want), n) : 1;
+    TH_CHECK(e < 1e-4, "%s: logits vs PyTorch reading the export: %.3g", folder, e);
+    printf("  export --layout %-9s %-28s PyTorch logits rel err %.1e\n", layout, folder, e);
+    st_free(&f);
+    model_free(&m);
+}
+
+static void exports(void) {
+    export_case(IOP "ref_llama", "hf", "export_hf_llama");
+    export_case(IOP "hf_mamba2", "reference", "export_ref_mamba2");
+    export_case(IOP "export_ref_mamba2", "hf", "export_hf_mamba2");
+    export_case(IOP "ref_implicit_mamba2.safetensors", "reference", "export_ref_implicit_mamba2");
+    char d[256], args[1200], out[8192], probe[300];
+    path_of(d, sizeof d, "export_hf_llama");   /* written above: not empty */
+    snprintf(args, sizeof args, "export " IOP "ref_llama %s --layout hf", d);
+    TH_CHECK(run(args, out, sizeof out) == 1 && strstr(out, "is not empty") && strstr(out, "--overwrite 1"),
+             "refuses a used folder: %s", out);
+    snprintf(args, sizeof args, "export " IOP "ref_llama %s --layout hf --overwrite 1", d);
+    TH_CHECK(run(args, out, sizeof out) == 0, "--overwrite 1: %s", out);
+    snprintf(args, sizeof args, "export " IOP "ref_implicit_mamba2.safetensors %s/x --layout hf", dir);
+    TH_CHECK(run(args, out, sizeof out) == 1 && strstr(out, "holds mamba2 | llama models, not 'implicit_mamba2'"),
+             "hf of an implicit model: %s", out);
+    snprintf(probe, sizeof probe, "%s/x", dir);
+    TH_CHECK(access(probe, F_OK) != 0, "a refused export creates nothing");
+    snprintf(args, sizeof args, "export " IOP "hf_mamba2 %s/y", dir);
+    TH_CHECK(run(args, out, sizeof out) == 1 && strstr(out, "missing --layout"), "no layout: %s", out);
+    snprintf(args, sizeof args, "export " IOP "hf_mamba2 %s/y --layout onnx", dir);
+    TH_CHECK(run(args, out, sizeof out) == 1 && strstr(out, "unknown layout 'onnx'"), "unknown layout: %s", out);
+    path_of(probe, sizeof probe, "afile");
+    FILE *f = fopen(probe, "w");
+    if (f) fclose(f);
+    snprintf(args, sizeof args, "export " IOP "hf_mamba2 %s --layout hf", probe);
+    TH_CHECK(run(args, out, sizeof out) == 1 && strstr(out, "is not a folder"), "DIR a file: %s", out);
+}
+
+/* A training run stores its tokenizer file inside the checkpoint: generate works after the file
+ * is moved away, with the same text as with --tokenizer; export writes it beside the weights, and
+ * a folder's tokenizer is picked up. */
+static void tokenizers(void) {
+    char args[2400], out[16384], out2[16384], tok[300], gone[300], data[300], run_dir[300], ex[300];
+    path_of(tok, sizeof tok, "tok.bpe");
+    path_of(gone, sizeof gone, "moved.bpe");
+    path_of(data, sizeof data, "corpus.tok");
+    path_of(run_dir, sizeof run_dir, "run");
+    path_of(ex, sizeof ex, "export_tok");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/tok_corpus_gpt2.bpe %s", tok);
+    TH_CHECK(system(cmd) == 0, "copy the tokenizer");
+    snprintf(args, sizeof args, "data prepare tests/fixtures/tok_corpus.txt --tokenizer %s --out %s", tok, data);
+    TH_CHECK(run(args, out, sizeof out) == 0, "data prepare: %s", out);
+    snprintf(args, sizeof args, "train --task lm --data %s --model mamba2 --d_model 16 --n_layer 1 --d_state 4 --headdim 8 "
+             "--context 16 --steps 3 --batch 2 --out %s", data, run_dir);
+    TH_CHECK(run(args, out, sizeof out) == 0, "train: %s", out);
+    char ck[400], *kind = NULL, *stored = NULL;
+    snprintf(ck, sizeof ck, "%s/model.safetensors", run_dir);
+    TH_CHECK(ckpt_read_meta(ck, "tokenizer.kind", &kind) == 0 && kind && !strcmp(kind, "bpe"), "stored kind: %s",
+             kind ? kind : "(none)");
+    TH_CHECK(ckpt_read_meta(ck, "tokenizer.data", &stored) == 0 && stored && !strncmp(stored, "implicit-bpe", 12),
+             "the file's text is stored");
+    free(kind);
+    free(stored);
+    TH_CHECK(rename(tok, gone) == 0, "move the tokenizer away");
+    snprintf(args, sizeof args, "generate %s --prompt \"the \" --max_tokens 8 --seed 3", ck);
+    TH_CHECK(run(args, out, sizeof out) == 0 && strstr(out, "bpe tokenizer"), "generate, tokenizer moved: %s", out);
+    snprintf(args, sizeof args, "generate %s --prompt \"the \" --max_tokens 8 --seed 3 --tokenizer %s", ck, gone);
+    TH_CHECK(run(args, out2, sizeof out2) == 0, "generate --tokenizer: %s", out2);
+    char *e1 = strstr(out, "[mamba2"), *e2 = strstr(out2, "[mamba2");   /* the statistics line: timings differ */
+    if (e1) *e1 = 0;
+    if (e2) *e2 = 0;
+    TH_CHECK(!strcmp(out, out2), "the stored tokenizer decodes as the file: '%s' vs '%s'", out, out2);
+    /* export: the tokenizer file beside the weights, used when the folder is the checkpoint */
+    snprintf(args, sizeof args, "export %s %s --layout hf", ck, ex);
+    TH_CHECK(run(args, out, sizeof out) == 0 && strstr(out, "tokenizer.bpe"), "export with its tokenizer: %s", out);
+    char tb[400];
+    snprintf(tb, sizeof tb, "%s/tokenizer.bpe", ex);
+    TH_CHECK(same_file(tb, gone), "the exported tokenizer is the original file");
+    snprintf(args, sizeof args, "generate %s --prompt \"the \" --max_tokens 8 --seed 3", ex);
+    TH_CHECK(run(args, out, sizeof out) == 0 && strstr(out, "bpe tokenizer"), "generate from the export folder: %s", out);
+    if ((e1 = strstr(out, "[mamba2"))) *e1 = 0;
+    TH_CHECK(!strcmp(out, out2), "the export generates the same text: '%s' vs '%s'", out, out2);
+    /* a Hugging Face folder's tokenizer.json (a model with room for its 321 ids) */
+    char hf[300];
+    path_of(hf, sizeof hf, "hf_tok");
+    snprintf(args, sizeof args, "init %s/m.safetensors --model mamba2 --vocab_size 330 --d_model 16 --n_layer 1 --d_state 4 "
+             "--headdim 8", dir);
+    TH_CHECK(run(args, out, sizeof out) == 0, "init: %s", out);
+    snprintf(args, sizeof args, "export %s/m.safetensors %s --layout hf", dir, hf);
+    TH_CHECK(run(args, out, sizeof out) == 0 && strstr(out, "no tokenizer file"), "export without a tokenizer: %s", out);
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/tok_tiny.json %s/tokenizer.json", hf);
+    TH_CHECK(system(cmd) == 0, "copy tokenizer.json");
+    snprintf(args, sizeof args, "generate %s --prompt hi --max_tokens 4", hf);
+    TH_CHECK(run(args, out, sizeof out) == 0 && strstr(out, "hf tokenizer"), "a folder's tokenizer.json: %s", out);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
     th_name = "test_interop";
     snprintf(dir, sizeof dir, "/tmp/implicit-test-interop-%d", (int)getpid());
     char cmd[128];
@@ -265,6 +448,14 @@ int main(void) {
     tables();
     sources();
     refusals();
+    const char *slash = strrchr(argv[0], '/');
+    int n_dir = slash ? (int)(slash - argv[0]) : 1;
+    snprintf(bin, sizeof bin, "%.*s/implicit", n_dir < 400 ? n_dir : 400, slash ? argv[0] : ".");
+    if (access(bin, X_OK)) printf("skip: %s not built; the command-line checks need it\n", bin);
+    else {
+        exports();
+        tokenizers();
+    }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TH_CHECK(system(cmd) == 0, "cleanup");
     return th_done();

@@ -842,7 +842,10 @@ static int ref_write(const ModelCfg *c, JsonBuf *b) {
         json_buf_end_obj(b);
     }
     json_buf_key(b, "model");
-    json_buf_raw(b, ours);
+    Json *own = NULL;
+    if (json_parse(&own, ours, strlen(ours))) json_buf_raw(b, ours);   /* cfg_to_json's text is JSON */
+    else json_write(b, own);
+    json_free(own);
     json_buf_end_obj(b);
     free(ours);
     return IM_OK;

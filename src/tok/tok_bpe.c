@@ -437,11 +437,8 @@ static int load_merges(Tokenizer *t, Lines *r, const BpeHeader *h, BpeEngine *e)
     return IM_OK;
 }
 
-int tok_bpe_load(Tokenizer *t, const char *path) {
-    char *buf;
-    size_t n;
-    int rc = tok_read_file(path, &buf, &n);
-    if (rc) return rc;
+int tok_bpe_parse(Tokenizer *t, const char *path, const char *buf, size_t n) {
+    int rc = IM_OK;
     Lines r = {.path = path, .buf = buf, .n = n};
     BpeHeader h;
     BpeEngine *e = calloc(1, sizeof *e);
@@ -460,7 +457,6 @@ int tok_bpe_load(Tokenizer *t, const char *path) {
         if (!(t->pieces[h.eos] = malloc(len))) rc = err_set(IM_ENOMEM, "tokenizer '%s': out of memory", path);
         else memcpy(t->pieces[h.eos], TOK_EOS_TEXT, len), t->piece_len[h.eos] = len;
     }
-    free(buf);
     if (rc) return rc;
     t->kind = "bpe";
     t->eos = (int)h.eos;

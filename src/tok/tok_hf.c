@@ -323,14 +323,9 @@ static int hf_build(Tokenizer *t, const char *path, const Json *root, BpeEngine 
     return rc;
 }
 
-int tok_hf_load(Tokenizer *t, const char *path) {
-    char *buf;
-    size_t n;
-    int rc = tok_read_file(path, &buf, &n);
-    if (rc) return rc;
+int tok_hf_parse(Tokenizer *t, const char *path, const char *buf, size_t n) {
     Json *root = NULL;
-    rc = json_parse(&root, buf, n);
-    free(buf);
+    int rc = json_parse(&root, buf, n);
     if (rc) return err_wrap(rc, "tokenizer '%s'", path);
     BpeEngine *e = calloc(1, sizeof *e);
     if (!e) rc = err_set(IM_ENOMEM, "tokenizer: out of memory");

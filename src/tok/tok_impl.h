@@ -18,6 +18,8 @@ struct Tokenizer {
     void (*free_impl)(Tokenizer *t);
     void *impl;
     int n_merges, pretok;  /* tok_merges / tok_pretok (0 / TOK_PRETOK_NONE for byte) */
+    char *source;          /* the file's bytes it was built from (NULL for byte), for tok_source */
+    size_t source_len;
 };
 
 /* ---- the BPE engine shared by FILE.bpe and tokenizer.json (tok_bpe.c) ---------------------- */
@@ -55,7 +57,8 @@ int tok_read_file(const char *path, char **buf, size_t *n);
 /* pieces[0..255] = the single bytes, the rest NULL; vocab entries allocated. */
 int tok_set_byte_pieces(Tokenizer *t, int vocab);
 int tok_byte_init(Tokenizer *t);                 /* tok_byte.c, both */
-int tok_bpe_load(Tokenizer *t, const char *path);  /* tok_bpe.c */
-int tok_hf_load(Tokenizer *t, const char *path);   /* tok_hf.c */
+/* Build t from the bytes of a FILE.bpe / tokenizer.json; `path` names it in messages. */
+int tok_bpe_parse(Tokenizer *t, const char *path, const char *buf, size_t n);  /* tok_bpe.c */
+int tok_hf_parse(Tokenizer *t, const char *path, const char *buf, size_t n);   /* tok_hf.c */
 
 #endif

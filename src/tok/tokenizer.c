@@ -14,23 +14,67 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* Build t of `kind` ("bpe" | "hf") from buf (owned by t from here on). */
+static int parse_kind(Tokenizer *t, const char *kind, const char *name, char *buf, size_t n) {
+    t->source = buf;
+    t->source_len = n;
+    if (!strcmp(kind, "bpe")) return tok_bpe_parse(t, name, buf, n);
+    if (!strcmp(kind, "hf")) return tok_hf_parse(t, name, buf, n);
+    return err_set(IM_EINVAL, "tokenizer '%s': unknown kind '%s' (bpe | hf)", name, kind);
+}
+
+static Tokenizer *tok_new(const char *spec) {
+    Tokenizer *t = calloc(1, sizeof *t);
+    if (t && !(t->spec = strdup(spec))) {
+        free(t);
+        t = NULL;
+    }
+    if (!t) err_set(IM_ENOMEM, "tokenizer: out of memory");
+    return t;
+}
+
 int tok_load(Tokenizer **out, const char *spec) {
     *out = NULL;
     if (!spec || !*spec) return err_set(IM_EINVAL, "tokenizer: empty spec (byte | FILE.bpe | FILE.json)");
-    Tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return err_set(IM_ENOMEM, "tokenizer: out of memory");
-    t->spec = strdup(spec);
-    int rc;
-    if (!strcmp(spec, "byte")) rc = tok_byte_init(t);
-    else if (ends_with(spec, ".bpe")) rc = tok_bpe_load(t, spec);
-    else if (ends_with(spec, ".json")) rc = tok_hf_load(t, spec);
-    else rc = err_set(IM_EINVAL, "tokenizer '%s': unknown kind (byte | FILE.bpe | FILE.json)", spec);
+    const char *kind = !strcmp(spec, "byte") ? "byte" : ends_with(spec, ".bpe") ? "bpe" : ends_with(spec, ".json") ? "hf" : NULL;
+    if (!kind) return err_set(IM_EINVAL, "tokenizer '%s': unknown kind (byte | FILE.bpe | FILE.json)", spec);
+    Tokenizer *t = tok_new(spec);
+    if (!t) return IM_ENOMEM;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = !strcmp(kind, "byte") ? tok_byte_init(t) : tok_read_file(spec, &buf, &n);
+    if (!rc && buf) rc = parse_kind(t, kind, spec, buf, n);
+    if (rc) {
+        if (!t->source) free(buf);
+        tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return IM_OK;
+}
+
+int tok_load_mem(Tokenizer **out, const char *kind, const char *name, const char *data, size_t n) {
+    *out = NULL;
+    Tokenizer *t = tok_new(name);
+    char *buf = t ? malloc(n + 1) : NULL;
+    if (!buf) {
+        tok_free(t);
+        return err_set(IM_ENOMEM, "tokenizer: out of memory");
+    }
+    memcpy(buf, data, n);
+    buf[n] = 0;
+    int rc = parse_kind(t, kind, name, buf, n);
     if (rc) {
         tok_free(t);
         return rc;
     }
     *out = t;
     return IM_OK;
+}
+
+const char *tok_source(const Tokenizer *t, size_t *n) {
+    if (n) *n = t->source_len;
+    return t->source;
 }
 
 void tok_free(Tokenizer *t) {
@@ -41,6 +85,7 @@ void tok_free(Tokenizer *t) {
     free(t->pieces);
     free(t->piece_len);
     free(t->spec);
+    free(t->source);
     free(t);
 }
 

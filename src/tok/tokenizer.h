@@ -20,6 +20,13 @@ typedef struct Tokenizer Tokenizer;
  * is wrong. *out freed by tok_free. */
 int tok_load(Tokenizer **out, const char *spec);
 void tok_free(Tokenizer *t);
+/* The same from the bytes of a file held in memory (a tokenizer stored inside a checkpoint):
+ * kind "bpe" (a FILE.bpe) or "hf" (a tokenizer.json); `name` is its tok_spec and names it in
+ * messages. data is copied. */
+int tok_load_mem(Tokenizer **out, const char *kind, const char *name, const char *data, size_t n);
+/* The bytes of the file the tokenizer was built from (*n of them; NUL after the last), NULL for
+ * "byte": what a checkpoint stores to be self-contained. */
+const char *tok_source(const Tokenizer *t, size_t *n);
 const char *tok_spec(const Tokenizer *t);  /* the spec it was loaded from */
 const char *tok_kind(const Tokenizer *t);  /* "byte" | "bpe" | "hf" */
 int tok_vocab(const Tokenizer *t);

@@ -301,11 +301,61 @@ static char *stored_spec(const char *ckpt_path) {
     return spec;
 }
 
+/* The tokenizer stored inside the checkpoint (tokenizer.kind, .file, .data: `implicit train`
+ * writes them): 1 loaded, 0 none stored, or an error status. */
+static int embedded(Tokenizer **t, const char *ckpt_path) {
+    char *kind = NULL, *file = NULL, *data = NULL;
+    int rc = 0;
+    if (!ckpt_read_meta(ckpt_path, "tokenizer.kind", &kind) && kind && !ckpt_read_meta(ckpt_path, "tokenizer.data", &data) &&
+        data) {
+        ckpt_read_meta(ckpt_path, "tokenizer.file", &file);
+        char name[4200];
+        snprintf(name, sizeof name, "%s (stored in %s)", file ? file : kind, ckpt_path);
+        rc = tok_load_mem(t, kind, name, data, strlen(data));
+        if (!rc) rc = 1;
+    }
+    free(kind);
+    free(file);
+    free(data);
+    return rc;
+}
+
+/* A tokenizer file in the checkpoint's folder, as Hugging Face keeps tokenizer.json beside the
+ * weights (and `implicit export` writes it): 1 loaded, 0 none there, or an error status. */
+static int beside(Tokenizer **t, const char *ckpt_path) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer.bpe"};
+    char dir[4096], path[4200];
+    if (ckpt_dir(ckpt_path, dir, sizeof dir)) return 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        fclose(f);
+        int rc = tok_load(t, path);
+        return rc ? rc : 1;
+    }
+    return 0;
+}
+
 int gen_load_tokenizer(Tokenizer **t, const char *ckpt_path, const char *override, const Model *m) {
+    int rc = gen_find_tokenizer(t, ckpt_path, override);
+    if (!rc && tok_vocab(*t) > m->cfg.vocab_size) {
+        rc = err_set(IM_EMISMATCH, "tokenizer '%s' has %d ids but the model's vocabulary is %d", tok_spec(*t),
+                     tok_vocab(*t), m->cfg.vocab_size);
+        tok_free(*t);
+        *t = NULL;
+    }
+    return rc;
+}
+
+int gen_find_tokenizer(Tokenizer **t, const char *ckpt_path, const char *override) {
     *t = NULL;
-    char *stored = override ? NULL : stored_spec(ckpt_path);
+    int rc = override ? 0 : embedded(t, ckpt_path);
+    char *stored = override || rc ? NULL : stored_spec(ckpt_path);
+    if (!override && !rc && !stored) rc = beside(t, ckpt_path);
     const char *spec = override ? override : stored ? stored : "byte";
-    int rc = tok_load(t, spec);
+    if (rc == 1) rc = IM_OK;
+    else if (!rc) rc = tok_load(t, spec);
     if (rc && stored && spec[0] != '/') {
         /* a run stores the path it was given; try it next to the checkpoint as well */
         const char *slash = strrchr(ckpt_path, '/');
@@ -320,12 +370,6 @@ int gen_load_tokenizer(Tokenizer **t, const char *ckpt_path, const char *overrid
                 free(alt);
             }
         }
-    }
-    if (!rc && tok_vocab(*t) > m->cfg.vocab_size) {
-        rc = err_set(IM_EMISMATCH, "tokenizer '%s' has %d ids but the model's vocabulary is %d", spec, tok_vocab(*t),
-                     m->cfg.vocab_size);
-        tok_free(*t);
-        *t = NULL;
     }
     free(stored);
     return rc;

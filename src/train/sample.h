@@ -86,9 +86,14 @@ int gen_run(Model *m, const Tokenizer *tok, Sampler *s, const int *prompt, int n
  * eval_f_max_iter or seq_solver. IM_EINVAL naming a bad key. */
 int gen_load_model(Model *m, const char *path, const char *const *kv, const CkptLoadOpts *o);
 
-/* The tokenizer of a checkpoint: `override` if non-NULL, else the "tokenizer" key of the task
- * config stored in the checkpoint's metadata (LM runs), else "byte". IM_EMISMATCH when the
- * tokenizer has more ids than the model's vocab_size. *t freed by tok_free. */
+/* The tokenizer of a checkpoint, the first of: `override` if non-NULL; the tokenizer file stored
+ * inside the checkpoint (tokenizer.kind / tokenizer.data, written by training runs); the
+ * "tokenizer" path of the task config stored in its metadata (older runs; also tried relative
+ * to the checkpoint's folder); a tokenizer.json or tokenizer.bpe in the checkpoint's folder (a
+ * Hugging Face folder, an export); "byte". IM_EMISMATCH when the tokenizer has more ids than the
+ * model's vocab_size. *t freed by tok_free. */
 int gen_load_tokenizer(Tokenizer **t, const char *ckpt_path, const char *override, const Model *m);
+/* The same without the vocabulary check (for `implicit export`, which copies the tokenizer). */
+int gen_find_tokenizer(Tokenizer **t, const char *ckpt_path, const char *override);
 
 #endif

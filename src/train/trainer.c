@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../core/check.h"
+#include "../core/log.h"
 #include "../core/timer.h"
 #include "../io/atomic.h"
 #include "../io/json.h"
@@ -15,6 +16,7 @@
 #include "../io/safetensors.h"
 #include "../kernels/kernels.h"
 #include "../models/ckpt.h"
+#include "../tok/tokenizer.h"
 #include "dist.h"
 #include "progress.h"
 #include "run_report.h"
@@ -144,6 +146,8 @@ static int setup(Trainer *t, int resume_step) {
     return open_folder(t, resume_step, overwrite);
 }
 
+static void keep_tokenizer(Trainer *t);
+
 int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const TrainCfg *cfg) {
     memset(t, 0, sizeof *t);
     t->mcfg = *m;
@@ -156,6 +160,7 @@ int trainer_init(Trainer *t, const ModelCfg *m, const TaskCfg *task, const Train
      * checkpoints carry it to `implicit eval` / `generate` / `mc` */
     if (!rc && task_kind(t->task) == TASK_LM)
         snprintf(t->tcfg.tokenizer, sizeof t->tcfg.tokenizer, "%s", task_cfg(t->task)->tokenizer);
+    if (!rc) keep_tokenizer(t);
     if (!rc) {
         model_init_params(&t->model, (uint64_t)t->cfg.seed);
         rng_seed(&t->model.rng, (uint64_t)t->cfg.seed, 7);
@@ -209,6 +214,37 @@ static int save_state(Trainer *t, const char *path) {
     return rc;
 }
 
+/* The run's tokenizer file, read once, so that every checkpoint stores it and `generate` /
+ * `eval` / `mc` never depend on where it was (a moved file, another machine). A resumed run whose
+ * file has gone takes the copy inside its own model.safetensors. Not found at all: the
+ * checkpoints keep the spec only, as before, with a warning. */
+static void keep_tokenizer(Trainer *t) {
+    const char *spec = t->tcfg.tokenizer;
+    if (!spec[0] || !strcmp(spec, "byte")) return;
+    Tokenizer *tk = NULL;
+    char *kind = NULL, *data = NULL, path[4200];
+    if (tok_load(&tk, spec)) {
+        snprintf(path, sizeof path, "%s/model.safetensors", t->cfg.out);
+        if (!ckpt_read_meta(path, "tokenizer.kind", &kind) && kind && !ckpt_read_meta(path, "tokenizer.data", &data) && data)
+            tok_load_mem(&tk, kind, spec, data, strlen(data));
+        free(kind);
+        free(data);
+    }
+    if (!tk) {
+        log_msg(LOG_WARN, "checkpoints will name the tokenizer '%s' without storing it: %s", spec, err_msg());
+        return;
+    }
+    size_t n = 0;
+    const char *src = tok_source(tk, &n);
+    if (src && json_utf8_valid(src, n) && !memchr(src, 0, n)) {
+        t->tok_data = xmalloc(n + 1);
+        memcpy(t->tok_data, src, n + 1);
+        t->tok_len = n;
+        t->tok_kind = !strcmp(tok_kind(tk), "bpe") ? "bpe" : "hf";
+    }
+    tok_free(tk);
+}
+
 static int save_model(Trainer *t, const char *name) {
     char path[4200], step[32];
     snprintf(path, sizeof path, "%s/%s", t->cfg.out, name);
@@ -217,7 +253,10 @@ static int save_model(Trainer *t, const char *name) {
     size_t nt = task_cfg_to_json(&t->tcfg, NULL, 0);
     char *task = xmalloc(nt);
     task_cfg_to_json(&t->tcfg, task, nt);
-    const char *kv[] = {"step", step, "task", task, "run_config", cfg, NULL};
+    const char *base = strrchr(t->tcfg.tokenizer, '/');
+    const char *kv[] = {"step", step, "task", task, "run_config", cfg,
+                        t->tok_data ? "tokenizer.kind" : NULL, t->tok_kind, "tokenizer.file",
+                        base ? base + 1 : t->tcfg.tokenizer, "tokenizer.data", t->tok_data, NULL};
     int rc = ckpt_save(&t->model, path, kv);
     free(cfg);
     free(task);
@@ -296,6 +335,7 @@ int trainer_resume(Trainer *t, const char *dir, int (*overrides)(Trainer *, void
     if (!rc && step > (unsigned long long)t->cfg.steps)
         rc = err_set(IM_EINVAL, "the state is at step %llu, beyond --steps %d", step, t->cfg.steps);
     if (!rc) rc = setup(t, (int)step);
+    if (!rc) keep_tokenizer(t);
     if (!rc) rc = meta_u64(&f, "adam_t", &adam_t, path);
     if (!rc) rc = meta_u64(&f, "rng_state", &rs, path);
     if (!rc) rc = meta_u64(&f, "rng_inc", &ri, path);
@@ -757,6 +797,7 @@ void trainer_free(Trainer *t) {
     model_free(&t->model);
     free(t->last_eval);
     free(t->losses);
+    free(t->tok_data);
     diverge_free(&t->diverge);
     memset(t, 0, sizeof *t);
 }

@@ -55,6 +55,9 @@ typedef struct {
     EvalRow *last_eval;   /* results of the latest evaluation */
     int n_last_eval;
     double *losses;       /* (cfg.steps) training loss per step (NAN: skipped), for tests and summaries */
+    char *tok_data;       /* the run's tokenizer file, stored in every checkpoint (NULL: byte / none) */
+    size_t tok_len;
+    const char *tok_kind; /* "bpe" | "hf" */
 } Trainer;
 
 /* Fresh run: validate everything, create and claim cfg.out, write config.json, init the model. */

@@ -31,6 +31,9 @@ import os
 import torch
 
 import common
+import gen_implicit as gi
+import gen_llama as gl
+import gen_mamba2 as gm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "interop")
@@ -161,6 +164,101 @@ def sources():
     ref_implicit_mamba2(w, c)
 
 
+# ---------------------------------------------------------------------------------------------
+# Exports: what `implicit export` wrote, read back as PyTorch / transformers code would
+# ---------------------------------------------------------------------------------------------
+
+# folder -> the reference file whose input.ids it is run on
+EXPORTS = {
+    "export_hf_llama": "llama",              # implicit export interop/ref_llama ... --layout hf
+    "export_ref_mamba2": "mamba2",           # implicit export interop/hf_mamba2 ... --layout reference
+    "export_hf_mamba2": "mamba2",            # implicit export interop/export_ref_mamba2 ... --layout hf
+    "export_ref_implicit_mamba2": "implicit_mamba2",  # ... interop/ref_implicit_mamba2.safetensors --layout reference
+}
+
+OURS_OF_HF_LLAMA = {v: k for k, v in HF_LLAMA_PARTS.items()}
+
+
+def from_hf(cfg, t):
+    """transformers names and config -> the reference's names and the generators' config dict."""
+    mt = cfg["model_type"]
+    assert cfg.get("tie_word_embeddings", True) and "lm_head.weight" not in t, "tied head, stored once"
+    if mt == "mamba2":
+        assert cfg["n_groups"] == 1 and cfg["num_heads"] * cfg["head_dim"] == cfg["expand"] * cfg["hidden_size"]
+        assert cfg["layer_norm_epsilon"] == common.NORM_EPS and not cfg["use_bias"] and cfg["use_conv_bias"]
+        p = {("word_emb.emb.weight" if k == "backbone.embeddings.weight" else k): v for k, v in t.items()}
+        c = {"vocab": cfg["vocab_size"], "d_model": cfg["hidden_size"], "n_layer": cfg["num_hidden_layers"],
+             "d_state": cfg["state_size"], "expand": cfg["expand"], "headdim": cfg["head_dim"],
+             "d_conv": cfg["conv_kernel"]}
+        return "mamba2", p, c
+    assert mt == "llama" and cfg["num_key_value_heads"] == cfg["num_attention_heads"]
+    assert cfg["rms_norm_eps"] == common.NORM_EPS and cfg["rope_scaling"] is None and cfg["hidden_act"] == "silu"
+    p = {}
+    for k, v in t.items():
+        if k == "model.embed_tokens.weight":
+            p["word_emb.emb.weight"] = v
+        elif k == "model.norm.weight":
+            p["backbone.norm_f.weight"] = v
+        else:
+            _, _, i, rest = k.split(".", 3)
+            p["backbone.layers.%s.%s" % (i, OURS_OF_HF_LLAMA[rest])] = v
+    c = {"vocab": cfg["vocab_size"], "d_model": cfg["hidden_size"], "n_layer": cfg["num_hidden_layers"],
+         "n_head": cfg["num_attention_heads"], "rope_theta": cfg["rope_theta"],
+         "d_inner": (3 * cfg["intermediate_size"] + 1) // 2}
+    return "llama", p, c
+
+
+def from_reference(cfg, t):
+    """The reference's nested config (spec §11) with its own tensor names."""
+    bb, blk = cfg["backbone_config"], cfg["backbone_config"]["block_cfg"]
+    assert bb["norm_epsilon"] == common.NORM_EPS and cfg["tie_embeddings"] and not cfg["pad_vocab"]
+    fam = "mamba2" if bb["block_type"] == "mamba2" else "llama"
+    c = {"vocab": cfg.get("n_tokens", cfg.get("vocab_size")), "d_model": bb["d_model"], "n_layer": bb["n_layer"],
+         "d_inner": bb["d_inner"]}
+    if fam == "mamba2":
+        c.update(d_state=blk["d_state"], expand=blk["expand"], headdim=blk["headdim"], d_conv=blk["d_conv"])
+    else:
+        c.update(n_head=blk["n_head"], rope_theta=blk["rope_theta"])
+    return ("implicit_" if cfg["backbone_type"] == "implicit" else "") + fam, dict(t), c
+
+
+def export_logits(folder, ids):
+    d = os.path.join(OUT, folder)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    t, meta = common.read_safetensors(os.path.join(d, "model.safetensors"))
+    assert meta == {"format": "pt"}, meta
+    t = {k: v.double() for k, v in t.items()}
+    model, p, c = from_hf(cfg, t) if "model_type" in cfg else from_reference(cfg, t)
+    if model == "mamba2":
+        return gm.model_fwd(p, ids, c)
+    if model == "llama":
+        return gl.model_fwd(p, ids, c)
+    fam = (gi.Mamba2 if model == "implicit_mamba2" else gi.Llama)(c)
+    s, tr = cfg["deq_params"]["solver"], cfg["deq_params"]["training"]
+    f_thres = s["eval_f_max_iter"] if s["eval_f_max_iter"] > 0 else int(s["f_max_iter"] * s["eval_factor"])
+    logits, steps, _ = gi.simultaneous(fam, gi.effective(p), ids, f_thres, s["f_tol"], tr["tau"])
+    return logits
+
+
+def exports():
+    out = {}
+    for folder, ref in EXPORTS.items():
+        if not os.path.isdir(os.path.join(OUT, folder)):
+            print("skip %s: run the `implicit export` commands of docs/interop.md first" % folder)
+            continue
+        rt, _ = common.read_safetensors(os.path.join(HERE, ref + ".safetensors"))
+        ids = rt["input.ids"].long()
+        logits = export_logits(folder, ids)
+        out[folder + ".ids"] = rt["input.ids"]
+        out[folder + ".logits"] = logits.float()
+        print("  %-28s logits %s, max |logit| %.3f" % (folder, tuple(logits.shape), logits.abs().max().item()))
+    if out:
+        common.write_safetensors(os.path.join(OUT, "export_logits.safetensors"), out,
+                                 {"generator": "tests/ref/gen_interop.py", "torch_version": torch.__version__})
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     sources()
+    exports()
