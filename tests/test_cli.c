@@ -255,6 +255,43 @@ static void test_binary_basics(void) {
              "smoke a b: %s", err);
 }
 
+/* `implicit generate --json` of a Fixed-Point RNN reports its iterations per token in both
+ * conventions: ours and the reference's (iter_idx + 1 per solve), one more; an explicit model
+ * reports only ours. */
+static double json_num_after(const char *text, const char *key) {
+    char k[96];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(text, k);
+    return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+static void test_generate_iters_ref(void) {
+    static char out[8192], err[8192];
+    const char *models[] = {"fp_mamba", "mamba1"};
+    for (int k = 0; k < 2; k++) {
+        const char *init[] = {"init", "m.safetensors", "--model", models[k], "--vocab_size", "256", "--d_model", "8",
+                              "--n_layer", "1", "--d_state", "4", NULL};
+        const char *gen[] = {"generate", "m.safetensors", "--prompt", "ab", "--max_tokens", "3", "--json", "g.json", NULL};
+        TH_CHECK(run(init, out, err, sizeof out) == 0 && run(gen, out, err, sizeof out) == 0, "%s: init / generate: %s",
+                 models[k], err);
+        char path[128];
+        snprintf(path, sizeof path, "%s/g.json", work);
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        out[n] = 0;
+        if (f) fclose(f);
+        double p = json_num_after(out, "prompt_iters_per_token"), g = json_num_after(out, "generation_iters_per_token");
+        double pr = json_num_after(out, "prompt_iters_per_token_ref"), gr = json_num_after(out, "generation_iters_per_token_ref");
+        if (k == 0)
+            TH_CHECK(p >= 1 && g >= 1 && pr == p + 1 && gr == g + 1, "fp_mamba generate json: %g %g, ref %g %g", p, g, pr, gr);
+        else
+            TH_CHECK(p == 0 && !strstr(out, "_ref"), "mamba1 generate json: no reference convention (%g)", p);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/m.safetensors", work);
+        unlink(path);
+    }
+}
+
 /* ---- the progress line ------------------------------------------------------------------------------ */
 
 static void test_progress_format(void) {
@@ -348,6 +385,7 @@ int main(int argc, char **argv) {
     } else {
         test_help_everywhere();
         test_binary_basics();
+        test_generate_iters_ref();
         char p[128];
         snprintf(p, sizeof p, "%s/out", logs);
         unlink(p);
