@@ -41,9 +41,9 @@ typedef struct {
     int repeats, quick_repeats;
 } Case;
 
-/* The large cases run B=8 × T=256 (not the issue's B=32): at B=32 one PyTorch training step takes
+/* The large cases run B=8 × T=256 (not B=32): at B=32 one PyTorch training step takes
  * about 25 s on one core (36 f calls), which would put `make bench` far past its budget. T and
- * the layer sizes are the issue's; per-token cost hardly depends on B at these GEMM heights. */
+ * the layer sizes are the spec's; per-token cost hardly depends on B at these GEMM heights. */
 static const Case CASES[] = {
     {"imp_train_small", TRAIN, 0, 32, 256, 5, 2},
     {"imp_train_large", TRAIN, 1, 8, 256, 3, 2},

@@ -1,4 +1,4 @@
-/* bench_lm.c: language-model throughput at the tinyshakespeare sizes of the README (byte vocabulary
+/* bench_lm.c: language-model throughput at the tinyshakespeare sizes of docs/results/language-modelling.md (byte vocabulary
  * 256, 4 layers, d_model 128, context 64, batch 12): one training step (forward, backward, AdamW with
  * clipping 1) and batch-1 generation (256 greedy tokens through model_step, the path of `implicit
  * generate`), for each family. bench/torch_bench.py has the same cases (lm_*_train, lm_*_gen) for

@@ -1,9 +1,9 @@
-/* cmd_demo.c: `implicit demo` — the README's main job. Trains an explicit and an implicit
+/* cmd_demo.c: `implicit demo` — the first step of the README.s tour. Trains an explicit and an implicit
  * 1-layer Mamba2 on the same state-tracking task (S3 x aperiodic monoid word problem, 10% hard
  * tokens, the configs' length T) with the configs in configs/demo_explicit.json and
  * configs/demo_implicit.json, then evaluates both out of distribution (50% hard tokens) at T and 4T
- * token by token, and prints the accuracies side by side. A smaller version of the experiment in the
- * README. */
+ * token by token, and prints the accuracies side by side. A smaller version of the experiment in
+ * docs/results/state-tracking.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +145,7 @@ int cmd_demo(int argc, char **argv) {
     for (int i = 0; i < 2; i++)
         printf("| %-24s | %8.0f s | %13.1f%% | %14.1f%% | %17.1f%% / %6.1f%% | %16.1f |\n", rows[i].label, rows[i].seconds,
                100 * rows[i].acc[0], 100 * rows[i].acc[1], 100 * rows[i].seq[0], 100 * rows[i].seq[1], rows[i].iters[0]);
-    printf("\nThe full experiment (T 64, 6000 steps) and the explicit 4-layer baseline are in the README.\n");
+    printf("\nThe full experiment (T 64, 6000 steps) and the explicit 4-layer baseline are in docs/results/state-tracking.md.\n");
     char path[600];
     snprintf(path, sizeof path, "%s/report.html", dir);
     if (demo_report(path, out_e, out_i, rows)) {

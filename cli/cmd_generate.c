@@ -135,7 +135,7 @@ int cmd_generate(int argc, char **argv) {
     sample_cfg_default(&sc);
     gen_opts_default(&go);
     /* batch-1 generation at the sizes this runs (D ~128-1024) is dominated by per-call overhead:
-     * 0.081 ms/token on one thread against 0.23 on two (README, imp_gen_b1); --threads overrides */
+     * 0.081 ms/token on one thread against 0.23 on two (docs/results/speed.md, imp_gen_b1); --threads overrides */
     GenArgs a = {.max_tokens = go.max_tokens, .top_k = sc.top_k, .seed = (long long)sc.seed, .threads = 1, .echo = 1,
                  .temperature = sc.temperature, .top_p = sc.top_p};
     OptArgs o;

@@ -1,4 +1,4 @@
-/* cmd_smoke.c: `implicit smoke` — the README's first command until training lands.
+/* cmd_smoke.c: `implicit smoke` — build every model family and check it end to end.
  * For every model family: build a small model, run a training forward + backward, check the
  * loss is near ln V and the gradient finite, run the same tokens one at a time through the
  * step path and compare logits, save a checkpoint, reload it and compare the loss bit for bit.

@@ -346,7 +346,7 @@ static int reject(const Ctx *x, const RefKey *k, const char *path, const Json *v
 }
 
 /* The row of a member of section `sec`; top-level rows flagged RF_ALSO_BB are also found inside
- * backbone_config (the issue's layout; the released configs keep them at the top). -1 if none. */
+ * backbone_config (an older layout; the released configs keep them at the top). -1 if none. */
 static int find_key(RefSec sec, const char *name) {
     for (int r = 0; r < N_KEYS; r++)
         if (!strcmp(KEYS[r].name, name) &&

@@ -5,7 +5,7 @@
  * point (GPT-2's bytes_to_unicode: the printable Latin-1 bytes stand for themselves, the other 68
  * bytes become U+0100..U+0143). Loading maps the vocabulary back to bytes, finds the id of each
  * single byte, and turns the merges ("a b" strings or ["a", "b"] pairs, rank = position) into
- * id pairs -> (rank, id of "ab"). What is supported and what is not (README "Tokenizers"):
+ * id pairs -> (rank, id of "ab"). What is supported and what is not (docs/cli.md, "Tokenizers"):
  *   - model.type "BPE" only (WordPiece, Unigram, WordLevel are rejected), no continuing-subword
  *     prefix or end-of-word suffix, no byte fallback, no ignore_merges, no dropout;
  *   - pre_tokenizer ByteLevel with add_prefix_space false; use_regex true means the GPT-2 pattern
