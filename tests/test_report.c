@@ -187,6 +187,7 @@ static void test_bad_input(void) {
     TH_CHECK(run_report_folder(d) == IM_OK && access(path, F_OK) == 0, "report.html written: %s", err_msg());
     TH_CHECK(run_report_check_out(path) == IM_OK && run_report_folder(d) == IM_OK, "an earlier report is replaced");
     TH_CHECK(run_report_check_out("-") == IM_OK, "standard output");
+    TH_CHECK(run_report_check_out(NULL) == IM_OK, "no path: nothing to check");
 }
 
 /* `implicit train` writes report.html at each checkpoint and at the end; report 0 turns it off. */

@@ -1150,6 +1150,7 @@ void run_report_render(const RunReport *R, TextBuf *o) {
 
 /* ---- output ------------------------------------------------------------------------------------- */
 int run_report_check_out(const char *path) {
+    if (!path) return IM_OK;   /* no report asked for */
     int rc = report_check(path);
     if (rc) return rc;
     struct stat st;

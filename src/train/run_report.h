@@ -36,7 +36,7 @@ int run_report_runs(const RunReport *r);
 void run_report_render(const RunReport *r, TextBuf *out);
 /* The rule for a report's output path: io/atomic.h's for reports ("-" = standard output, a device
  * or FIFO written in place, a regular file replaced atomically), and an existing regular file
- * must be an HTML page already (never a log, a config or a checkpoint). Writes nothing. */
+ * must be an HTML page already (never a log, a config or a checkpoint). Writes nothing; NULL ok. */
 int run_report_check_out(const char *path);
 /* Render and write to path (the rule above). */
 int run_report_write(const RunReport *r, const char *path);
