@@ -1,8 +1,8 @@
 #!/bin/sh
-# Runs the source checks (tests/layering.sh, tests/backends.sh) and every test binary in $1 (the
-# build folder) from the repository root, so tests find tests/ref/*.safetensors, and sums their
-# `name: N passed, N failed` lines into one closing line. Exits non-zero if any check fails or
-# prints no summary.
+# Runs the source checks (tests/layering.sh, tests/backends.sh, tests/docs.sh) and every test
+# binary in $1 (the build folder) from the repository root, so tests find tests/ref/*.safetensors,
+# and sums their `name: N passed, N failed` lines into one closing line. Exits non-zero if any
+# check fails or prints no summary.
 dir=${1:-build}
 # Tests run many tiny kernels back to back; spinning OpenMP workers only steal the other core.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -15,7 +15,7 @@ if "$dir/implicit" --version 2>/dev/null | grep -q 'mpi=yes'; then
 fi
 total_pass=0; total_fail=0; bad=0
 # The source checks (shell scripts over the tree) first, then the test binaries.
-for t in tests/layering.sh tests/backends.sh "$dir"/test_*; do
+for t in tests/layering.sh tests/backends.sh tests/docs.sh "$dir"/test_*; do
     case $t in
     *.sh) name=$(basename "$t" .sh); out=$(sh "$t" 2>&1); rc=$? ;;
     *)
