@@ -1,6 +1,6 @@
 /* cmd_export.c: `implicit export` — write a checkpoint in the layout another tool reads.
  *
- *   implicit export CKPT DIR --layout hf|reference [--overwrite 1] [--config FILE] [--tokenizer SPEC]
+ *   implicit export CKPT DIR --layout hf|reference|fp-rnn [--overwrite 1] [--config FILE] [--tokenizer SPEC]
  *
  * DIR receives config.json (the layout's dialect), model.safetensors (format "pt", the layout's
  * tensor names; models/layouts.h) and the checkpoint's tokenizer file (tokenizer.json, or our
@@ -33,15 +33,16 @@ typedef struct {
 } ExportArgs;
 
 static const OptSpec EXPORT_OPTS[] = {
-    OPT(ExportArgs, layout, 0, 0, "NAME", "hf (transformers Mamba2 / Llama) | reference (the PyTorch reference; any model)"),
+    OPT(ExportArgs, layout, 0, 0, "NAME", "hf (transformers Mamba2 / Llama) | reference (the PyTorch reference; any model) | fp-rnn (the Fixed-Point-RNN reference)"),
     OPT(ExportArgs, overwrite, 0, 1, "0|1", "1: write into a DIR that already holds files (replacing these three)"),
     OPT(ExportArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none"),
     OPT(ExportArgs, tokenizer, 0, 0, "SPEC", "the tokenizer to write (default: the checkpoint's; none for byte)"),
 };
 const CmdSpec export_cmd = {
-    "export", "CKPT DIR --layout hf|reference [--overwrite 1]", "write a checkpoint as config.json + model.safetensors for PyTorch / transformers",
+    "export", "CKPT DIR --layout hf|reference|fp-rnn [--overwrite 1]", "write a checkpoint as config.json + model.safetensors for PyTorch / transformers",
     "DIR receives config.json in the layout's dialect (transformers' Mamba2Config / LlamaConfig, or the\n"
-    "reference's backbone_config / deq_params with our full config under \"model\"), model.safetensors\n"
+    "reference's backbone_config / deq_params with our full config under \"model\", or the Fixed-Point-RNN\n"
+    "reference's MambaConfig with ssm_cfg), model.safetensors\n"
     "(format \"pt\", the layout's tensor names, float32, a tied head stored once) and the tokenizer file\n"
     "(tokenizer.json, or tokenizer.bpe for ours). `implicit info DIR` / `generate DIR` load it back.\n"
     "docs/interop.md lists the layouts and what each holds.\n",

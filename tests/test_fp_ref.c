@@ -15,7 +15,9 @@
  * decisions were checked non-marginal by the generator, so a float32 port must take them all alike).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "th.h"
 #include "../src/core/check.h"
@@ -286,8 +288,47 @@ static void fp_config_roundtrip(void) {
     }
 }
 
-int main(void) {
+/* `implicit export tests/ref/interop/fp_rnn_k DIR --layout fp-rnn` writes exactly the committed
+ * folder that PyTorch code read back (tests/ref/gen_fp_interop.py: the reference's module tree,
+ * strict but for the tied head), and the export loads here with PyTorch's logits and iteration
+ * counts. */
+static void fp_export(const char *bin) {
+    char dir[128], cmd[2400], a[256];
+    snprintf(dir, sizeof dir, "/tmp/implicit-test-fp-export-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && %s export tests/ref/interop/fp_rnn_k %s --layout fp-rnn > /dev/null", dir, bin, dir);
+    TH_CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/model.safetensors tests/ref/interop/export_fp_rnn_k/model.safetensors", dir);
+    TH_CHECK(system(cmd) == 0, "the export differs from the committed tests/ref/interop/export_fp_rnn_k (docs/interop.md)");
+    snprintf(cmd, sizeof cmd, "cmp -s %s/config.json tests/ref/interop/export_fp_rnn_k/config.json", dir);
+    TH_CHECK(system(cmd) == 0, "the export's config.json differs from the committed one");
+    StFile f;
+    Model m;
+    if (st_read(&f, "tests/ref/interop/export_fp_logits.safetensors")) { TH_CHECK(0, "%s", err_msg()); return; }
+    snprintf(a, sizeof a, "%s", dir);
+    if (ckpt_load(&m, a, NULL)) { TH_CHECK(0, "%s: %s", a, err_msg()); st_free(&f); return; }
+    const StTensor *ids = st_find(&f, "export_fp_rnn_k.ids"), *want = st_find(&f, "export_fp_rnn_k.logits"),
+                   *its = st_find(&f, "export_fp_rnn_k.iters");
+    if (ids && want && its) {
+        int B = (int)ids->shape[0], T = (int)ids->shape[1];
+        m.training = 0;
+        TH_CHECK(model_fwd(&m, st_data(&f, ids), NULL, B, T, NULL) == 0, "%s", err_msg());
+        size_t n = (size_t)B * T * m.V;
+        double e = st_numel(want) == n ? th_rel_err(m.logits, st_data(&f, want), n) : 1;
+        TH_CHECK(e <= TOL && m.fp_iters == mean_iters(its, &f), "export fp-rnn: logits vs PyTorch reading it %.3g, "
+                 "iterations %g vs %g", e, m.fp_iters, mean_iters(its, &f));
+        printf("  export --layout fp-rnn: PyTorch logits rel err %.1e, %g iterations\n", e, m.fp_iters);
+    } else {
+        TH_CHECK(0, "export_fp_logits.safetensors: missing tensors");
+    }
+    model_free(&m);
+    st_free(&f);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    TH_CHECK(system(cmd) == 0, "cleanup");
+}
+
+int main(int argc, char **argv) {
     th_name = "test_fp_ref";
+    (void)argc;
     fp_config_roundtrip();
     fp_layout_names();
     fp_config_refusals();
@@ -298,5 +339,10 @@ int main(void) {
     ref_case("tests/ref/fp_ref_k.safetensors");
     ref_checkpoint("tests/ref/interop/fp_rnn_h", "tests/ref/fp_ref_h.safetensors");
     ref_checkpoint("tests/ref/interop/fp_rnn_k", "tests/ref/fp_ref_k.safetensors");
+    /* the CLI is built beside this test */
+    char bin[1024];
+    const char *slash = strrchr(argv[0], '/');
+    snprintf(bin, sizeof bin, "%.*s%simplicit", slash ? (int)(slash - argv[0]) : 0, argv[0], slash ? "/" : "./");
+    fp_export(bin);
     return th_done();
 }

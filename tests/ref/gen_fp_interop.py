@@ -19,6 +19,12 @@ torch 2's parametrisation names are those with weight_g / weight_v replaced. Not
 name tables. The expected logits and iteration counts stay in fp_ref_{h,k}.safetensors (eval.logits,
 eval.iters), computed by gen_fp_mamba.py's independent implementation.
 
+Second part, exports: reads the folder `implicit export interop/fp_rnn_k interop/export_fp_rnn_k --layout
+fp-rnn` wrote (torch 2 names, the reference's config.json), loads it into the same module tree, checks it
+holds the source's weights, runs gen_fp_mamba.py's forward in evaluation mode on them (float64) and writes
+the logits and iteration counts to interop/export_fp_logits.safetensors, which test_fp_ref compares with
+the C model's.
+
 Run: /usr/bin/python3 tests/ref/gen_fp_interop.py   (from gen_all.sh, after gen_fp_mamba.py)
 """
 import json
@@ -190,10 +196,84 @@ def write(case_file, folder, mixer_name, torch2, with_head, meta):
     print(f"wrote {d}: {len(sd)} tensors ({'torch 2' if torch2 else 'torch 1'} weight-norm names)")
 
 
+# ---- exports: what `implicit export ... --layout fp-rnn` wrote, read back as the reference's code would --------
+
+EXPORTS = {"export_fp_rnn_k": "fp_ref_k.safetensors"}   # implicit export interop/fp_rnn_k ... --layout fp-rnn
+
+
+def from_torch2(sd):
+    out = {}
+    for k, v in sd.items():
+        k = k.replace(".parametrizations.weight.original0", ".weight_g").replace(".parametrizations.weight.original1", ".weight_v")
+        out[k] = v
+    return out
+
+
+def read_export(folder):
+    """The export's config.json -> a gen_fp_mamba case; its tensors -> the module tree (load_state_dict,
+    strict but for the tied lm_head it does not store) -> our names."""
+    import gen_fp_mamba as gfm
+    d = os.path.join(OUT, folder)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    ssm = cfg["ssm_cfg"]
+    assert ssm["layer"] == "FPMamba1" and cfg["d_intermediate"] == 0 and cfg["tie_embeddings"]
+    case = dict(vocab=cfg["vocab_size"], pad=cfg["pad_vocab_size_multiple"], d_model=cfg["d_model"], n_layer=cfg["n_layer"],
+                expand=ssm["expand"], d_state=ssm["d_state"], d_conv=ssm["d_conv"],
+                dt_rank=math.ceil(cfg["d_model"] / 16) if ssm["dt_rank"] == "auto" else ssm["dt_rank"],
+                mixer_type={"householderproduct": "householder"}.get(ssm["mixer_type"], ssm["mixer_type"]),
+                mixer_rank=ssm["mixer_rank"], conv=int(ssm["use_short_conv"]), glu_in_loop=int(ssm["glu_in_loop"]),
+                n_back=ssm["n_backwards"], max_iter=ssm["max_iter"], thr=ssm["convergence_threshold"],
+                norm_type="rmsnorm" if cfg["rms_norm"] else "layernorm", block_eps=cfg["norm_epsilon"],
+                mixer_eps=ssm["norm_eps"])
+    c = gfm.full_cfg(case)
+    tensors, meta = common.read_safetensors(os.path.join(d, "model.safetensors"))
+    assert meta.get("format") == "pt", meta
+    model = LM(c)
+    missing, unexpected = model.load_state_dict(from_torch2(tensors), strict=False)
+    assert list(missing) == ["lm_head.weight"] and not unexpected, (missing, unexpected)
+    ours = {"word_emb.emb.weight": model.backbone.embedding.weight.detach().clone()}
+    for i in range(c["n_layer"]):
+        pre = f"backbone.layers.{i}."
+        ours[pre + "norm.weight"] = module_tensor(model, pre + "norm.weight").detach().clone()
+        ours[pre + "norm.bias"] = module_tensor(model, pre + "norm.bias").detach().clone()
+        for o, m in OURS_TO_MODULE:
+            try:
+                ours[pre + "mixer." + o] = module_tensor(model, pre + "mixer." + m).detach().clone()
+            except AttributeError:
+                pass
+    ours["backbone.norm_f.weight"] = model.backbone.norm_f.weight.detach().clone()
+    ours["backbone.norm_f.bias"] = model.backbone.norm_f.bias.detach().clone()
+    return c, ours
+
+
+def exports():
+    import gen_fp_mamba as gfm
+    out = {}
+    for folder, src in EXPORTS.items():
+        if not os.path.exists(os.path.join(OUT, folder, "model.safetensors")):
+            print("skip %s: run the `implicit export ... --layout fp-rnn` commands of docs/interop.md first" % folder)
+            continue
+        c, p = read_export(folder)
+        ref, _ = common.read_safetensors(os.path.join(HERE, src))
+        for k, v in p.items():   # the export holds the source's weights exactly
+            assert torch.equal(v, ref[k]), k
+        ids, tg = ref["input.ids"].long(), ref["input.targets"].long()
+        logits, _, _, rec = gfm.run_mode({k: v.double() for k, v in p.items()}, ids, tg, c, "eval")
+        out[folder + ".ids"] = ids.to(torch.int32)
+        out[folder + ".logits"] = logits.float()
+        out[folder + ".iters"] = torch.tensor([r[0] for r in rec], dtype=torch.int32)
+        print(f"read {folder}: eval iterations {[r[0] for r in rec]}")
+    if out:
+        common.write_verified(os.path.join(OUT, "export_fp_logits.safetensors"), out,
+                              {"generator": "tests/ref/gen_fp_interop.py"})
+
+
 def main():
     common.setup_torch()
     write("fp_ref_h.safetensors", "fp_rnn_h", "householderproduct", torch2=True, with_head=True, meta={"format": "pt"})
     write("fp_ref_k.safetensors", "fp_rnn_k", "kronecker", torch2=False, with_head=False, meta={})
+    exports()
 
 
 if __name__ == "__main__":
