@@ -112,7 +112,7 @@ static const OptSpec GEN_OPTS[] = {
     OPT(GenArgs, stop, 0, 0, "STR", "stop when the text contains STR (STR is not printed)"),
     OPT(GenArgs, tokenizer, 0, 0, "SPEC", "byte | FILE.bpe | FILE.json (default: the checkpoint's, else byte)"),
     OPT(GenArgs, echo, 0, 1, "0|1", "print the prompt before the continuation"),
-    OPT(GenArgs, threads, 1, 4096, "N", "OpenMP / BLAS threads (one token at a time is many small kernel calls)"),
+    OPT(GenArgs, threads, 0, 4096, "N", "OpenMP / BLAS threads (0 = all cores)"),
     OPT(GenArgs, json, 0, 0, "OUT", "write a summary (text, token counts, tokens/s, iterations, memory)"),
     OPT(GenArgs, allow_nonfinite, 0, 0, NULL, "load a checkpoint with NaN/inf weights anyway, for inspection"),
     OPT(GenArgs, config, 0, 0, "FILE", "the model config when the checkpoint has none (a config.json of ours, the reference's or Hugging Face's)"),
@@ -134,9 +134,9 @@ int cmd_generate(int argc, char **argv) {
     GenOpts go;
     sample_cfg_default(&sc);
     gen_opts_default(&go);
-    /* batch-1 generation at the sizes this runs (D ~128-1024) is dominated by per-call overhead:
-     * 0.081 ms/token on one thread against 0.23 on two (docs/results/speed.md, imp_gen_b1); --threads overrides */
-    GenArgs a = {.max_tokens = go.max_tokens, .top_k = sc.top_k, .seed = (long long)sc.seed, .threads = 1, .echo = 1,
+    /* all cores by default: the kernels fork only calls big enough to win on two threads
+     * (kernels/cpu/threading.h), so the many tiny calls of batch-1 steps stay on one */
+    GenArgs a = {.max_tokens = go.max_tokens, .top_k = sc.top_k, .seed = (long long)sc.seed, .threads = 0, .echo = 1,
                  .temperature = sc.temperature, .top_p = sc.top_p};
     OptArgs o;
     int rc;
@@ -151,7 +151,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (report_check(json_out)) return fail(NULL);
     if (report_is_stdout(json_out)) report_reserve_stdout();   /* the text to stderr, the JSON alone to stdout */
-    k_set_threads((int)a.threads);
+    if (a.threads > 0) k_set_threads((int)a.threads);
     sc.temperature = (float)a.temperature;
     sc.top_k = (int)a.top_k;
     sc.top_p = (float)a.top_p;

@@ -336,7 +336,7 @@ static void test_examples(const char *ckpt, const char *prompt) {
     for (int i = 0; i < 3; i++) {
         const char *temp = settings[i][0], *top_p = settings[i][1], *seed = settings[i][2];
         snprintf(cmd, sizeof cmd, "%s/implicit generate %s --prompt \"%s\" --max_tokens 24 --temperature %s --top_p %s "
-                 "--seed %s --echo 0", build, ckpt, prompt, temp, top_p, seed);
+                 "--seed %s --echo 0 --threads 1", build, ckpt, prompt, temp, top_p, seed); /* as the examples */
         int rc = run(cmd);
         size_t n_cli = 0, n_c = 0, n_cpp = 0, n_again = 0;
         char *cli = run_out_raw(&n_cli, 0);
