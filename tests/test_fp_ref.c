@@ -339,6 +339,30 @@ int main(int argc, char **argv) {
     ref_case("tests/ref/fp_ref_k.safetensors");
     ref_checkpoint("tests/ref/interop/fp_rnn_h", "tests/ref/fp_ref_h.safetensors");
     ref_checkpoint("tests/ref/interop/fp_rnn_k", "tests/ref/fp_ref_k.safetensors");
+    /* mamba_ssm's Mamba-1 LM (the reference's baseline) under its names and MambaConfig */
+    {
+        StFile f;
+        Model m;
+        if (!st_read(&f, "tests/ref/mamba1.safetensors")) {
+            int rc = ckpt_load(&m, "tests/ref/interop/mamba_ssm_mamba1", NULL);
+            TH_CHECK(rc == 0, "mamba_ssm_mamba1: %s", err_msg());
+            const StTensor *ids = st_find(&f, "input.ids"), *want = st_find(&f, "out.logits");
+            if (!rc && ids && want) {
+                int B = (int)ids->shape[0], T = (int)ids->shape[1];
+                m.training = 0;
+                TH_CHECK(model_fwd(&m, st_data(&f, ids), NULL, B, T, NULL) == 0, "%s", err_msg());
+                size_t n = (size_t)B * T * m.V;
+                double e = st_numel(want) == n ? th_rel_err(m.logits, st_data(&f, want), n) : 1;
+                TH_CHECK(!strcmp(m.cfg.model, "mamba1") && !strcmp(m.cfg.norm_type, "rmsnorm") && e <= TOL,
+                         "mamba_ssm_mamba1: model %s, logits rel err %.3g", m.cfg.model, e);
+                printf("  tests/ref/interop/mamba_ssm_mamba1: logits %.2e\n", e);
+            }
+            if (!rc) model_free(&m);
+            st_free(&f);
+        } else {
+            TH_CHECK(0, "mamba1.safetensors: %s", err_msg());
+        }
+    }
     /* the CLI is built beside this test */
     char bin[1024];
     const char *slash = strrchr(argv[0], '/');

@@ -8,6 +8,7 @@ way the Fixed-Point-RNN reference code names them, one folder per checkpoint und
               lm_head.weight stored besides backbone.embedding.weight (as a state_dict has both)
   fp_rnn_k/   Kronecker, 1 layer, short conv: torch 1's weight-norm names (<proj>.weight_g, .weight_v),
               no metadata, no lm_head
+  mamba_ssm_mamba1/  mamba_ssm's Mamba-1 LM (the reference's baseline) from mamba1.safetensors' weights
 each with the reference's config.json beside (mamba_ssm's MambaConfig fields, the layer's keyword
 arguments in ssm_cfg, as its word-problem code builds them; rms_norm false).
 The names come from a torch module tree built here after the reference's module structure
@@ -269,10 +270,37 @@ def exports():
                               {"generator": "tests/ref/gen_fp_interop.py"})
 
 
+def write_mamba1():
+    """mamba_ssm's MambaLMHeadModel with Mamba1 layers (the reference's baseline): the weights of
+    mamba1.safetensors (gen_mamba1.py) under mamba_ssm's names, which are the mixer's own (in_proj,
+    conv1d, x_proj, dt_proj, A_log, D, out_proj) with backbone.embedding.weight, and its MambaConfig
+    (rms_norm true, no MLP, tied head, vocab padded to 8)."""
+    tensors, fmeta = common.read_safetensors(os.path.join(HERE, "mamba1.safetensors"))
+    base = json.loads(fmeta["config"])
+    sd = {}
+    for k, v in tensors.items():
+        if k == "word_emb.emb.weight":
+            sd["backbone.embedding.weight"] = v
+        elif k.startswith("backbone."):
+            sd[k] = v
+    d = os.path.join(OUT, "mamba_ssm_mamba1")
+    os.makedirs(d, exist_ok=True)
+    common.write_verified(os.path.join(d, "model.safetensors"), sd, {"format": "pt"})
+    assert base["dt_rank"] == 0 and base["pad_vocab_multiple"] == 8 and base["norm_eps"] == 1e-5
+    cfg = dict(d_model=base["d_model"], d_intermediate=0, n_layer=base["n_layer"], vocab_size=base["vocab"],
+               ssm_cfg=dict(layer="Mamba1", d_state=base["d_state"], d_conv=base["d_conv"], expand=base["expand"]),
+               attn_layer_idx=[], attn_cfg={}, rms_norm=True, residual_in_fp32=True, fused_add_norm=True,
+               pad_vocab_size_multiple=8, tie_embeddings=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=4)
+    print(f"wrote {d}: {len(sd)} tensors")
+
+
 def main():
     common.setup_torch()
     write("fp_ref_h.safetensors", "fp_rnn_h", "householderproduct", torch2=True, with_head=True, meta={"format": "pt"})
     write("fp_ref_k.safetensors", "fp_rnn_k", "kronecker", torch2=False, with_head=False, meta={})
+    write_mamba1()
     exports()
 
 
