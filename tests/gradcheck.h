@@ -135,4 +135,27 @@ static void add_tensor(GradCase *gc, const char *name, float *p, float *g, size_
     gc->t[gc->nt++] = (Tensor){name, p, g, n, fd};
 }
 
+#ifdef IMPLICIT_MODEL_H
+/* A whole model's mean loss on one batch (include models/model.h first): ctx of a GradCase with
+ * .loss = grad_model_loss, .bwd = grad_model_bwd. */
+typedef struct {
+    Model *m;
+    int *ids, *tg, B, T;
+} GradModelCtx;
+
+static double grad_model_loss(void *p) {
+    GradModelCtx *c = p;
+    float l = 0;
+    model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
+    return l;
+}
+
+static void grad_model_bwd(void *p) {
+    GradModelCtx *c = p;
+    float l;
+    model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
+    model_bwd(c->m);
+}
+#endif
+
 #endif

@@ -418,25 +418,6 @@ static void fill_ids(int *ids, int *tg, int n, int V, Rng *r) {
     }
 }
 
-typedef struct {
-    Model *m;
-    int *ids, *tg, B, T;
-} MCtx;
-
-static double mloss(void *p) {
-    MCtx *c = p;
-    float l = 0;
-    model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
-    return l;
-}
-
-static void mbwd(void *p) {
-    MCtx *c = p;
-    float l;
-    model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
-    model_bwd(c->m);
-}
-
 static void test_model_fd(Rng *r, const char *model, const char *const *kv) {
     Model m;
     TH_CHECK(make_model(&m, model, kv) == 0, "%s: %s", model, err_msg());
@@ -445,13 +426,13 @@ static void test_model_fd(Rng *r, const char *model, const char *const *kv) {
     enum { B = 2, T = 6 };
     int ids[B * T], tg[B * T];
     fill_ids(ids, tg, B * T, m.cfg.vocab_size, r);
-    MCtx c = {&m, ids, tg, B, T};
+    GradModelCtx c = {&m, ids, tg, B, T};
     char name[64];
     snprintf(name, sizeof name, "%s model FD", model);
         /* per entry: the float32 mean loss carries ~1e-4 of rounding per FD quotient, large next to
      * the smallest tensors' gradients (norm weights), hence the long step and 1e-2 (measured over
      * 30 seeds: worst 5e-3); the directional test (short step) stays at its tight tolerance */
-    GradCase gc = {.name = name, .loss = mloss, .bwd = mbwd, .ctx = &c, .h = 2e-2f, .tol = 1e-2};
+    GradCase gc = {.name = name, .loss = grad_model_loss, .bwd = grad_model_bwd, .ctx = &c, .h = 2e-2f, .tol = 1e-2};
     /* 16 tensors at most: layer 0's mixer, a few of layer 1, the ends (absent ones skipped) */
     static const char *pick[] = {"word_emb.emb.weight", "backbone.layers.0.mixer.q_proj.weight",
                                  "backbone.layers.0.mixer.k_proj.weight", "backbone.layers.0.mixer.v_proj.weight",

@@ -212,12 +212,18 @@ static void fp_layout_names(void) {
 
 /* The reference's config.json dialect: what it cannot say here is refused, naming the key. */
 static void fp_config_refusals(void) {
+    {   /* mamba_ssm's tie_embeddings false: the model gets its own head (lm_head.weight) */
+        const char *j = "{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"tie_embeddings\": false}";
+        ModelCfg c;
+        int rc = layout_config_parse(j, strlen(j), "config.json", &c);
+        TH_CHECK(rc == IM_OK && c.tie_embeddings == 0, "untied fp config: rc %d tie %d (%s)", rc, c.tie_embeddings,
+                 rc ? err_msg() : "");
+    }
     static const char *const bad[][2] = {
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\", \"mixer_type\": \"monarch\"}}", "'ssm_cfg.mixer_type' = monarch"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}", "'ssm_cfg.layer' = 'Mamba2'"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\", \"use_flash\": true}}", "unknown Fixed-Point-RNN reference config key 'ssm_cfg.use_flash'"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"d_intermediate\": 32}", "an MLP in the blocks"},
-        {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"tie_embeddings\": false}", "an untied head"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"attn_layer_idx\": [0]}", "attention layers"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"FPMamba1\"}, \"rms_norm\": 1}", "'rms_norm' must be true or false"},
         {"{\"d_model\": 8, \"ssm_cfg\": {\"layer\": \"Mamba1\", \"mixer_rank\": 2}}", "'ssm_cfg.mixer_rank' for layer Mamba1"},

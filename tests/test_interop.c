@@ -7,8 +7,10 @@
  *   hf_llama/                   transformers Llama, two shards + index, tied lm_head stored, inv_freq
  *   ref_implicit_mamba2.safetensors   reference names, format "pt", reference config in metadata
  *   ref_llama/                  reference names, no metadata, reference config.json beside
+ *   hf_llama_untied/            a tiny transformers Llama with its own lm_head (tie_word_embeddings
+ *                               false); logits in hf_llama_untied_ref.safetensors
  * Also: the name tables themselves (wildcards pair up, every parameter name round-trips), the
- * config given with --config, and the refusals (untied head, missing tensor under the source's
+ * config given with --config, and the refusals (an untied head under a tied config, missing tensor under the source's
  * name, unknown config keys, unsupported options, no config at all).
  */
 #include <math.h>
@@ -139,6 +141,8 @@ static void sources(void) {
     source(IOP "hf_llama", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
     source(IOP "hf_llama/model.safetensors.index.json", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
     source(IOP "ref_llama", NULL, REF "llama.safetensors", "out.logits", "llama", 0);
+    /* its own head: lm_head.weight, with tie_word_embeddings false */
+    source(IOP "hf_llama_untied", NULL, IOP "hf_llama_untied_ref.safetensors", "out.logits", "llama", 0);
     /* eval loop of the reference: f_thres 8 = 7 loop calls (tests/ref/README.md) */
     source(IOP "ref_implicit_mamba2.safetensors", NULL, REF "implicit_mamba2.safetensors", "eval.logits",
            "implicit_mamba2", 7);
@@ -258,6 +262,43 @@ static void refusals(void) {
     expect_fail(idx, IM_EFORMAT, "are the same parameter", "a tensor in two shards");
 }
 
+/* An untied head under a config that ties it (true, or no key) is refused, naming the key to set. */
+static void untied_refusals(void) {
+    static const char *const configs[] = {"\"tie_word_embeddings\": true, ", ""};
+    for (int i = 0; i < 2; i++) {
+        char d[256], cmd[1400], cfgp[300], text[1200];
+        path_of(d, sizeof d, i ? "untied_nokey" : "untied_tied");
+        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp " IOP "hf_llama_untied/model.safetensors %s/", d, d, d);
+        TH_CHECK(system(cmd) == 0, "copy");
+        snprintf(text, sizeof text, "{\"model_type\": \"llama\", %s\"hidden_size\": 16, \"intermediate_size\": 24, "
+                 "\"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+                 "\"max_position_embeddings\": 64, \"vocab_size\": 16}", configs[i]);
+        snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
+        write_text(cfgp, text);
+        expect_fail(d, IM_EMISMATCH, "set tie_embeddings 0", "untied head, tied config");
+        TH_CHECK(strstr(err_msg(), "'lm_head.weight'") && strstr(err_msg(), "tie_word_embeddings"),
+                 "the message names the tensor and transformers' key: %s", err_msg());
+    }
+    /* a config saying untied for a file without a head: the head is missing, by its name in the file */
+    char d[256], cmd[1400];
+    path_of(d, sizeof d, "untied_nohead");
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp " IOP "hf_llama_untied/config.json " IOP
+             "hf_llama/model-0000* " IOP "hf_llama/model.safetensors.index.json %s/", d, d, d);
+    TH_CHECK(system(cmd) == 0, "copy");
+    char cfgp[300];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
+    write_text(cfgp, "{\"model_type\": \"llama\", \"tie_word_embeddings\": false, \"hidden_size\": 32, "
+                     "\"intermediate_size\": 85, \"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"rms_norm_eps\": 1e-05, "
+                     "\"rope_theta\": 500000.0, \"vocab_size\": 32}");
+    /* hf_llama stores its tied lm_head.weight: with the config untied it is the head, and loads */
+    Model m;
+    int rc = ckpt_load(&m, d, NULL);
+    TH_CHECK(rc == 0 && m.cfg.tie_embeddings == 0, "an untied config over a stored tied head loads: %s", err_msg());
+    if (!rc) model_free(&m);
+    write_text(cfgp, "{\"model_type\": \"llama\", \"tie_word_embeddings\": 0}");
+    expect_fail(d, IM_EINVAL, "'tie_word_embeddings' must be true or false", "tie_word_embeddings 0");
+}
+
 /* ---- the command line: export, and tokenizers inside checkpoints ----------------------------- */
 
 static char bin[512];
@@ -351,7 +392,35 @@ static void export_case(const char *src, const char *layout, const char *folder)
     model_free(&m);
 }
 
+/* The untied head exported under each layout's name, with the layout's key, and loaded back. */
+static void export_untied(void) {
+    static const char *const cases[][4] = {{"hf", "lm_head.weight", "\"tie_word_embeddings\": false", "untied_hf"},
+                                           {"reference", "criterion.decoder.weight", "\"tie_embeddings\": false", "untied_ref"}};
+    for (int i = 0; i < 2; i++) {
+        char d[256], args[1200], out[8192], p[300];
+        path_of(d, sizeof d, cases[i][3]);
+        snprintf(args, sizeof args, "export " IOP "hf_llama_untied %s --layout %s", d, cases[i][0]);
+        TH_CHECK(run(args, out, sizeof out) == 0, "%s: %s", args, out);
+        snprintf(p, sizeof p, "%s/model.safetensors", d);
+        StFile f;
+        if (st_read(&f, p)) { TH_CHECK(0, "%s: %s", p, err_msg()); continue; }
+        TH_CHECK(st_find(&f, cases[i][1]) != NULL, "%s: no %s", p, cases[i][1]);
+        st_free(&f);
+        snprintf(p, sizeof p, "%s/config.json", d);
+        char *text = th_read_file(p, NULL);
+        TH_CHECK(text && strstr(text, cases[i][2]), "%s lacks %s", p, cases[i][2]);
+        free(text);
+        source(d, NULL, IOP "hf_llama_untied_ref.safetensors", "out.logits", "llama", 0);
+        Model a, b;
+        TH_CHECK(ckpt_load(&a, d, NULL) == 0 && ckpt_load(&b, IOP "hf_llama_untied", NULL) == 0 && a.tab.total == b.tab.total &&
+                     !memcmp(a.params, b.params, a.tab.total * sizeof(float)), "%s: the weights round-trip", d);
+        model_free(&a);
+        model_free(&b);
+    }
+}
+
 static void exports(void) {
+    export_untied();
     export_case(IOP "ref_llama", "hf", "export_hf_llama");
     export_case(IOP "hf_mamba2", "reference", "export_ref_mamba2");
     export_case(IOP "export_ref_mamba2", "hf", "export_hf_mamba2");
@@ -448,6 +517,7 @@ int main(int argc, char **argv) {
     tables();
     sources();
     refusals();
+    untied_refusals();
     const char *slash = strrchr(argv[0], '/');
     int n_dir = slash ? (int)(slash - argv[0]) : 1;
     snprintf(bin, sizeof bin, "%.*s/implicit", n_dir < 400 ? n_dir : 400, slash ? argv[0] : ".");

@@ -306,8 +306,6 @@ static void test_rejections(void) {
         {AT_TRAIN, "\"sup_gap\": 2, ", "'deq_params.training.sup_gap'", NULL},
         {AT_TRAIN, "\"sup_loc\": [1], ", "'deq_params.training.sup_loc'", NULL},
         {AT_BLOCK, "\"ngroups\": 2, ", "'backbone_config.block_cfg.ngroups'", NULL},
-        {AT_TOP, "\"tie_embeddings\": false, ", "'tie_embeddings'", "untied"},
-        {AT_BB, "\"tie_embeddings\": false, ", "'backbone_config.tie_embeddings'", NULL},
         {AT_TOP, "\"head_bias\": true, ", "'head_bias'", NULL},
         {AT_BLOCK, "\"A_init_range\": [1, 8], ", "'backbone_config.block_cfg.A_init_range'", NULL},
         {AT_BLOCK, "\"dt_min\": 0.01, ", "'backbone_config.block_cfg.dt_min'", NULL},

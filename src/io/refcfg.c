@@ -95,7 +95,7 @@ static const RefKey KEYS[] = {
     {SEC_TOP, "vocab_size", RT_INT, RF_NULL | RF_ALSO_BB, RC_DERIVED, "vocab_size", NULL, CK_ANY, NULL, NULL},
     {SEC_TOP, "pad_vocab", RT_BOOL, RF_ALSO_BB, RC_DERIVED, "pad_vocab_multiple", "false", CK_ANY, NULL, NULL},
     {SEC_TOP, "pad_vocab_size_multiple", RT_INT, RF_ALSO_BB, RC_DERIVED, "pad_vocab_multiple", "8", CK_ANY, NULL, NULL},
-    {SEC_TOP, "tie_embeddings", RT_BOOL, RF_ALSO_BB, RC_INERT, NULL, NULL, CK_EQ, "true", NOT_IMPL("an untied head")},
+    {SEC_TOP, "tie_embeddings", RT_BOOL, RF_ALSO_BB, RC_COPY, "tie_embeddings", "true", CK_ANY, NULL, NULL},
     {SEC_TOP, "head_bias", RT_BOOL, RF_ALSO_BB, RC_INERT, NULL, NULL, CK_EQ, "false", NOT_IMPL("a head bias")},
     {SEC_TOP, "d_embed", RT_INT, RF_NULL, RC_DERIVED, "d_model", NULL, CK_ANY, NULL, NULL},
     {SEC_TOP, "dropout", RT_NUM, 0, RC_COPY, "dropout", "0.05", CK_ANY, NULL, NULL},

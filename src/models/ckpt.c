@@ -335,7 +335,8 @@ static int load_converted(Model *m, const ParamInfo *p, const Source *s, int *do
     int rc;
     *done = 0;
     if (!strcmp(p->name, "word_emb.emb.weight")) {
-        const Entry *t = src_find(s, HEAD_TENSOR);
+        /* only a tied head stands for the embedding; an untied model needs both */
+        const Entry *t = ptab_find(&m->tab, HEAD_TENSOR) ? NULL : src_find(s, HEAD_TENSOR);
         if (!t) return IM_OK;
         if ((rc = check_shape(t, p, s->path))) return rc;
         memcpy(dst, edata(t), p->numel * sizeof(float));
@@ -391,8 +392,8 @@ static int consumed(const Model *m, const char *name) {
     return ptab_find(&m->tab, buf) != NULL;
 }
 
-/* A head stored besides the embedding is the same tensor (tied: accepted) or an untied head,
- * which these models do not have: refused, never dropped. */
+/* A head stored besides the embedding of a tied model (tie_embeddings 1) is the same tensor
+ * (accepted) or an untied head: refused, naming the key that loads it, never dropped. */
 static int check_head(const Model *m, const Source *s) {
     const Entry *h = src_find(s, HEAD_TENSOR), *e = src_find(s, "word_emb.emb.weight");
     if (!h || !e || ptab_find(&m->tab, HEAD_TENSOR)) return IM_OK;
@@ -401,9 +402,9 @@ static int check_head(const Model *m, const Source *s) {
                !memcmp(h->t->shape, e->t->shape, sizeof(int64_t) * (size_t)h->t->ndim) &&
                !memcmp(st_data(h->f, h->t), st_data(e->f, e->t), h->t->nbytes);
     if (same) return IM_OK;
-    return err_set(IM_EMISMATCH, "%s: the output head %s differs from the embedding %s: an untied head, which '%s' "
-                   "models do not have (they compute logits with the embedding matrix)", s->path, shown(h, hn, sizeof hn),
-                   shown(e, en, sizeof en), m->type->name);
+    return err_set(IM_EMISMATCH, "%s: the output head %s differs from the embedding %s: an untied head, but the "
+                   "config ties them; set tie_embeddings 0 in the config (transformers' config.json: "
+                   "\"tie_word_embeddings\": false)", s->path, shown(h, hn, sizeof hn), shown(e, en, sizeof en));
 }
 
 static int load_tensors(Model *m, const Source *s, int kind) {

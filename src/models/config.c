@@ -145,6 +145,8 @@ int cfg_validate(const ModelCfg *c) {
             c->norm_type, c->model);
     if (c->mixer_norm_eps > 0 && !is_fp)
         BAD("config key 'mixer_norm_eps': applies to fp_mamba, fp_mamba2 and fp_rnn only (model '%s')", c->model);
+    if (!c->tie_embeddings && is_delta)
+        BAD("config key 'tie_embeddings': %s models always have their own head (lm_head.weight); leave it at 1", c->model);
     if (!(c->dropout >= 0 && c->dropout < 1)) BAD("config key 'dropout' must be in [0, 1)");
     if (!(c->backbone_dropout >= 0 && c->backbone_dropout < 1)) BAD("config key 'backbone_dropout' must be in [0, 1)");
     if (is_l) {

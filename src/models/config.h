@@ -37,6 +37,8 @@
     X(INT, rescale_out_proj, -1, "GPT-2 rescale of out_proj/fc2 by 1/sqrt(n_res*n_layer): 1 | 0 | "  \
                                  "-1 = as the reference (explicit yes, implicit no: spec 12-B1)")   \
     X(FLOAT, emb_init_std, 0.02, "embedding init N(0, std)")                                       \
+    X(INT, tie_embeddings, 1, "1: the output head is the embedding matrix | 0: a separate V x D head " \
+                              "criterion.decoder.weight (transformers tie_word_embeddings false)")      \
     X(INT, dt_rank, 0, "mamba1 / fp_mamba: rank of the dt projection (0 = ceil(d_model/16))")      \
     X(INT, short_conv, -1, "fp_mamba / delta models: short causal conv (1 | 0 | -1 = model default: " \
                            "fp_mamba off as the word-problem runs, delta models on)")             \
@@ -119,7 +121,7 @@
     X(vocab_size, 1, 1 << 24) X(pad_vocab_multiple, 0, 65536) X(d_model, 1, 65536)                 \
     X(n_layer, 1, 1024) X(d_inner, 0, 1 << 20) X(d_state, 1, 65536) X(d_conv, 1, 64)              \
     X(expand, 1, 64) X(headdim, 1, 65536) X(n_head, 1, 65536) X(max_seq_len, 1, 1 << 24)          \
-    X(rescale_out_proj, -1, 1) X(dt_rank, 0, 65536) X(short_conv, -1, 1)                           \
+    X(rescale_out_proj, -1, 1) X(tie_embeddings, 0, 1) X(dt_rank, 0, 65536) X(short_conv, -1, 1)                           \
     X(delta_head_dim, 1, 65536) X(expand_v, 1, 64) X(n_householder, 1, 16) X(allow_neg_eigval, 0, 1) \
     X(mixer_rank, 1, 4096) X(mixer_proj_rank, -1, 65536) X(mixer_h_dep, 0, 1) X(symm_mixer, 0, 1)  \
     X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(mixer_norm_eps, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \

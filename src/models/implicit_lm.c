@@ -188,6 +188,7 @@ static int build(Model *m, int is_attn) {
     BlockW *off = xcalloc((size_t)im->L, sizeof *off);
     for (int i = 0; i < im->L; i++) add_layer(m, im, i, &off[i]);
     im->o_norm_f = emit(&top, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, D, 0, 0);
+    lm_head_add(m);
     im->eff = xcalloc(im->eff_tab.total + 16, sizeof(float));
     im->deff = xcalloc(im->eff_tab.total + 16, sizeof(float));
     im->w = xcalloc((size_t)im->L, sizeof *im->w);
@@ -637,7 +638,7 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     }
     if (rc) return rc;
     const float *z = im->zs + (size_t)im->S * MD;
-    const float *E = model_tensor(m, m->params, EMB_NAME);
+    const float *E = lm_head_w(m, m->params);
     m->logits = im->ends.head_cache;
     im->ends.has_targets = targets != NULL;
     if (!targets) {
@@ -699,8 +700,8 @@ static void bwd(Model *m) {
     memset(im->deff, 0, im->eff_tab.total * sizeof(float));
     memset(im->du, 0, (size_t)M * im->K * sizeof(float));
     memset(im->dz, 0, MD * sizeof(float));
-    const float *E = model_tensor(m, m->params, EMB_NAME);
-    head_loss_bwd(im->dz, model_tensor(m, m->grads, EMB_NAME), 1.0f, im->ends.head_cache, im->ends.head_scratch,
+    const float *E = lm_head_w(m, m->params);
+    head_loss_bwd(im->dz, lm_head_w(m, m->grads), 1.0f, im->ends.head_cache, im->ends.head_scratch,
                   im->zs + (size_t)im->S * MD, E, im->ends.targets, M, m->V, im->D, IGNORE_INDEX);
     if (im->mode == MODE_IFT) {
         /* y = g + y·J at z*, then the parameter gradient of one f call with y (spec §5.4) */
@@ -865,7 +866,7 @@ static int step(Model *m, const int *ids, float *logits) {
     ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
     step_f(&ctx, im->zt_out, im->zt);
     if (m->cfg.seq_warm_start) memcpy(im->zt, im->zt_out, (size_t)B * D * sizeof(float));
-    head_logits(logits, im->zt_out, E, B, m->V, D);
+    head_logits(logits, im->zt_out, lm_head_w(m, m->params), B, m->V, D);
     m->fp_iters = st.iters;
     m->fp_res = st.rel_res;
     m->fp_phase = "sequential";

@@ -268,7 +268,7 @@ typedef struct {
     {"model_type", NULL, NULL, NULL}, {"architectures", NULL, NULL, NULL}, {"transformers_version", NULL, NULL, NULL}, \
     {"torch_dtype", NULL, NULL, NULL}, {"dtype", NULL, NULL, NULL}, {"_name_or_path", NULL, NULL, NULL},               \
     {"bos_token_id", NULL, NULL, NULL}, {"eos_token_id", NULL, NULL, NULL}, {"pad_token_id", NULL, NULL, NULL},        \
-    {"use_cache", NULL, NULL, NULL}, {"initializer_range", NULL, NULL, NULL}, {"tie_word_embeddings", NULL, NULL, NULL}, \
+    {"use_cache", NULL, NULL, NULL}, {"initializer_range", NULL, NULL, NULL}, {"tie_word_embeddings", NULL, NULL, NULL}, /* hf_tie */ \
     {"output_hidden_states", NULL, NULL, NULL}, {"return_dict", NULL, NULL, NULL}, {"vocab_size", "vocab_size", NULL, NULL}
 
 static const HfKey HF_MAMBA2_KEYS[] = {
@@ -364,6 +364,17 @@ static long long int_or(const Json *root, const char *key, long long dflt) {
     return v && v->type == JSON_NUMBER ? (long long)v->number : dflt;
 }
 
+/* tie_word_embeddings: false gives the model its own head (lm_head.weight); true, or no key, the
+ * tied head. (transformers' class default is false, but a config without the key is read as tied:
+ * a differing head is then refused by the loader, which names the key.) */
+static int hf_tie(const Json *root, ModelCfg *t, const char *where) {
+    const Json *v = json_get(root, "tie_word_embeddings");
+    if (!v || v->type == JSON_NULL) return IM_OK;
+    if (v->type != JSON_BOOL) return err_set(IM_EINVAL, "%s: 'tie_word_embeddings' must be true or false", where);
+    t->tie_embeddings = v->boolean;
+    return IM_OK;
+}
+
 static int hf_mamba2_read(const Json *root, ModelCfg *c, const char *where, int *mine) {
     *mine = is_model_type(root, "mamba2");
     if (!*mine) return IM_OK;
@@ -377,6 +388,7 @@ static int hf_mamba2_read(const Json *root, ModelCfg *c, const char *where, int 
     if (ex && (ex->type != JSON_NUMBER || !ex->is_int))
         return err_set(IM_EINVAL, "%s: 'expand' must be an integer here (E = expand * hidden_size)", where);
     int rc = hf_apply(root, HF_MAMBA2_KEYS, (int)(sizeof HF_MAMBA2_KEYS / sizeof *HF_MAMBA2_KEYS), &t, where);
+    if (!rc) rc = hf_tie(root, &t, where);
     if (rc) return rc;
     long long E = (long long)t.expand * t.d_model;
     if (t.headdim <= 0 || E % t.headdim) return err_set(IM_EINVAL, "%s: head_dim %d does not divide expand * hidden_size = %lld", where, t.headdim, E);
@@ -406,6 +418,7 @@ static int hf_llama_read(const Json *root, ModelCfg *c, const char *where, int *
     t.d_model = 4096, t.n_layer = 32, t.n_head = 32, t.vocab_size = 32000, t.norm_eps = 1e-6, t.rope_theta = 10000.0,
     t.max_seq_len = 2048, t.pad_vocab_multiple = 0, t.rescale_out_proj = 0;
     int rc = hf_apply(root, HF_LLAMA_KEYS, (int)(sizeof HF_LLAMA_KEYS / sizeof *HF_LLAMA_KEYS), &t, where);
+    if (!rc) rc = hf_tie(root, &t, where);
     if (rc) return rc;
     long long h = int_or(root, "intermediate_size", 11008);
     if (h < 1 || h > CFG_MAX_WIDTH) return err_set(IM_EINVAL, "%s: intermediate_size %lld out of range", where, h);
@@ -456,7 +469,7 @@ static int hf_mamba2_write(const ModelCfg *c, JsonBuf *b) {
     json_buf_kv_bool(b, "norm_before_gate", 0);
     json_buf_kv_str(b, "hidden_act", "silu");
     json_buf_kv_bool(b, "residual_in_fp32", 1);
-    json_buf_kv_bool(b, "tie_word_embeddings", 1);
+    json_buf_kv_bool(b, "tie_word_embeddings", c->tie_embeddings);
     json_buf_kv_str(b, "torch_dtype", "float32");
     json_buf_end_obj(b);
     return IM_OK;
@@ -486,7 +499,7 @@ static int hf_llama_write(const ModelCfg *c, JsonBuf *b) {
     json_buf_kv_str(b, "hidden_act", "silu");
     json_buf_kv_bool(b, "attention_bias", 0);
     json_buf_kv_bool(b, "mlp_bias", 0);
-    json_buf_kv_bool(b, "tie_word_embeddings", 1);
+    json_buf_kv_bool(b, "tie_word_embeddings", c->tie_embeddings);
     json_buf_kv_str(b, "torch_dtype", "float32");
     json_buf_end_obj(b);
     return IM_OK;
@@ -571,7 +584,7 @@ static const HfKey FPR_TOP_KEYS[] = {
     {"rms_norm", "", NULL, NULL},              /* -> norm_type */
     {"attn_layer_idx", "", NULL, NULL},        /* checked: none */
     {"d_intermediate", NULL, "0", "an MLP in the blocks (d_intermediate > 0) is not implemented for these models"},
-    {"tie_embeddings", NULL, "true", "an untied head is not implemented for these models"},
+    {"tie_embeddings", "tie_embeddings", NULL, NULL},   /* false: lm_head.weight is its own tensor */
     {"attn_cfg", NULL, NULL, NULL}, {"residual_in_fp32", NULL, NULL, NULL}, {"fused_add_norm", NULL, NULL, NULL},
 };
 
@@ -746,7 +759,7 @@ static int fpr_write(const ModelCfg *c, JsonBuf *b) {
     json_buf_kv_bool(b, "rms_norm", strcmp(c->norm_type, "layernorm") != 0);
     json_buf_kv_num(b, "norm_epsilon", c->norm_eps);
     kv_int(b, "pad_vocab_size_multiple", c->pad_vocab_multiple > 0 ? c->pad_vocab_multiple : 1);
-    json_buf_kv_bool(b, "tie_embeddings", 1);
+    json_buf_kv_bool(b, "tie_embeddings", c->tie_embeddings);
     json_buf_kv_bool(b, "residual_in_fp32", 1);
     json_buf_end_obj(b);
     return IM_OK;
@@ -776,7 +789,7 @@ static int ref_write(const ModelCfg *c, JsonBuf *b) {
     kv_int(b, mamba ? "n_tokens" : "vocab_size", c->vocab_size);
     json_buf_kv_bool(b, "pad_vocab", c->pad_vocab_multiple > 0);
     if (c->pad_vocab_multiple > 0) kv_int(b, "pad_vocab_size_multiple", c->pad_vocab_multiple);
-    json_buf_kv_bool(b, "tie_embeddings", 1);
+    json_buf_kv_bool(b, "tie_embeddings", c->tie_embeddings);
     json_buf_kv_bool(b, "head_bias", 0);
     json_buf_kv_num(b, "dropout", c->dropout);
     json_buf_key(b, "backbone_config");

@@ -93,6 +93,7 @@ static int build(Model *m, int is_attn) {
     ptab_add(&m->tab, EMB_NAME, INIT_NORMAL, (float)c->emb_init_std, 0, 0, 2, m->V, c->d_model);
     for (int i = 0; i < L; i++) add_layer(m, i, &off[i]);
     ptab_add(&m->tab, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, c->d_model);
+    lm_head_add(m);
     lm->w = xcalloc((size_t)L, sizeof *lm->w);
     lm->dw = xcalloc((size_t)L, sizeof *lm->dw);
     /* θ and dθ are allocated after build: keep offsets until bind_all */

@@ -12,6 +12,9 @@
 
 #define EMB_NAME "word_emb.emb.weight"
 #define NORM_F_NAME "backbone.norm_f.weight"
+/* the untied output head (cfg tie_embeddings 0): the reference's decoder name; tied models
+ * compute the logits with EMB_NAME and have no such tensor */
+#define HEAD_W_NAME "criterion.decoder.weight"
 /* norm_f's bias: present with norm_type layernorm (residual-stream LM, lm_resid.h) only */
 #define NORM_F_BIAS_NAME "backbone.norm_f.bias"
 
@@ -41,6 +44,10 @@ int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, 
 void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T);
 /* One token: z:(B,D) → logits:(B,V). scratch: (B*D + B) floats. */
 void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B);
+/* Add the untied head (V, D) to the parameter table when cfg.tie_embeddings is 0. */
+void lm_head_add(Model *m);
+/* The head's weight (V, D) in block (θ or dθ): HEAD_W_NAME when untied, else the embedding. */
+float *lm_head_w(const Model *m, float *block);
 /* The model's block-norm type (cfg.norm_type, validated). */
 BlockNormType lm_norm_type(const Model *m);
 

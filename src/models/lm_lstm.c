@@ -53,6 +53,7 @@ static int build(Model *m) {
 #undef ADD
     }
     ptab_add(&m->tab, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, D);
+    lm_head_add(m);
     return IM_OK;
 }
 

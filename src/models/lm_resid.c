@@ -92,6 +92,7 @@ int lm_resid_build(Model *m) {
     }
     ptab_add(&m->tab, NORM_F_NAME, INIT_ONE, 0, 0, 0, 1, D);
     if (blocknorm_has_bias(lm->nt)) ptab_add(&m->tab, NORM_F_BIAS_NAME, INIT_ZERO, 0, 0, 0, 1, D);
+    lm_head_add(m);
     return IM_OK;
 }
 

@@ -9,6 +9,10 @@ the way PyTorch / Hugging Face code writes them, one folder per source under int
   hf_llama/           LlamaForCausalLM, sharded: model-0000{1,2}-of-00002.safetensors + the index
                       model.safetensors.index.json; the tied lm_head.weight stored as well (same
                       values) and an old-style rotary_emb.inv_freq buffer
+  hf_llama_untied/    LlamaForCausalLM with its own output head (tie_word_embeddings false): a
+                      tiny model of its own (V 16, D 16, one layer), lm_head.weight drawn apart
+                      from the embedding; hf_llama_untied_ref.safetensors holds its input.ids and
+                      the out.logits of gen_llama's forward with that head
   ref_implicit_mamba2.safetensors
                       the reference's names (spec implicit-lm §14) with format "pt" and the model
                       config as the reference's nested backbone_config / deq_params JSON in
@@ -125,6 +129,41 @@ def hf_llama(w, c):
     dump(os.path.join(d, "model.safetensors.index.json"), {"metadata": {"total_size": total}, "weight_map": wmap})
 
 
+def hf_llama_untied():
+    """A Llama whose lm_head is not the embedding: logits = norm_f(h) @ lm_head^T."""
+    torch.manual_seed(20)
+    c = {"vocab": 16, "d_model": 16, "n_layer": 1, "n_head": 2, "d_inner": 36, "rope_theta": 10000.0}
+    h = gl.hidden(c)   # 24
+    p = gl.init_params(c)
+    p["word_emb.emb.weight"] = torch.randn(c["vocab"], c["d_model"]) * 0.5
+    head = torch.randn(c["vocab"], c["d_model"]) * 0.5
+    d = os.path.join(OUT, "hf_llama_untied")
+    os.makedirs(d, exist_ok=True)
+    dump(os.path.join(d, "config.json"), {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c["d_model"],
+        "intermediate_size": h, "num_attention_heads": c["n_head"], "num_hidden_layers": c["n_layer"],
+        "num_key_value_heads": c["n_head"], "rms_norm_eps": common.NORM_EPS, "rope_theta": c["rope_theta"],
+        "max_position_embeddings": 64, "hidden_act": "silu", "tie_word_embeddings": False,
+        "torch_dtype": "float32", "vocab_size": c["vocab"]})
+    hf = {hf_llama_name(k): v for k, v in p.items()}
+    hf["lm_head.weight"] = head
+    common.write_safetensors(os.path.join(d, "model.safetensors"), hf, {"format": "pt"})
+    ids = torch.randint(0, c["vocab"], (2, 7))
+    p64 = {k: v.double() for k, v in p.items()}
+    emb = p64["word_emb.emb.weight"]
+    x = emb[ids]
+    for i in range(c["n_layer"]):
+        w = gl.layer(p64, i)
+        x = x + gl.attention(w, common.rmsnorm(x, w["norm.weight"]), c)
+        x = x + gl.swiglu(w, common.rmsnorm(x, w["norm2.weight"]))
+    logits = common.rmsnorm(x, p64["backbone.norm_f.weight"]) @ head.double().t()
+    tied = common.rmsnorm(x, p64["backbone.norm_f.weight"]) @ emb.t()
+    assert (logits - tied).abs().max() > 0.1, "the head must matter"
+    common.write_safetensors(os.path.join(OUT, "hf_llama_untied_ref.safetensors"),
+                             {"input.ids": ids.to(torch.int32), "out.logits": logits.float()},
+                             {"generator": "tests/ref/gen_interop.py", "torch_version": torch.__version__})
+
+
 def ref_implicit_mamba2(w, c):
     config = {
         "backbone_type": "implicit", "n_tokens": c["vocab"], "pad_vocab": False, "dropout": 0.0,
@@ -160,6 +199,7 @@ def sources():
     w, c = weights("llama")
     hf_llama(w, c)
     ref_llama(w, c)
+    hf_llama_untied()
     w, c = weights("implicit_mamba2")
     ref_implicit_mamba2(w, c)
 
