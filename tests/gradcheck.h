@@ -143,14 +143,14 @@ typedef struct {
     int *ids, *tg, B, T;
 } GradModelCtx;
 
-static double grad_model_loss(void *p) {
+static inline double grad_model_loss(void *p) {
     GradModelCtx *c = p;
     float l = 0;
     model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
     return l;
 }
 
-static void grad_model_bwd(void *p) {
+static inline void grad_model_bwd(void *p) {
     GradModelCtx *c = p;
     float l;
     model_fwd(c->m, c->ids, c->tg, c->B, c->T, &l);
