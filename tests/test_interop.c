@@ -279,6 +279,27 @@ static void untied_refusals(void) {
         TH_CHECK(strstr(err_msg(), "'lm_head.weight'") && strstr(err_msg(), "tie_word_embeddings"),
                  "the message names the tensor and transformers' key: %s", err_msg());
     }
+    /* transformers' Mamba2 with its own head: loaded into criterion.decoder.weight, the embedding kept */
+    {
+        char *text = th_read_file(IOP "hf_mamba2/config.json", NULL), *at = text ? strstr(text, "\"tie_word_embeddings\": true") : NULL;
+        TH_CHECK(at != NULL, "hf_mamba2's config.json says tie_word_embeddings true");
+        if (at) {
+            static const char key[] = "\"tie_word_embeddings\": true";
+            char d0[256], *cfg = malloc(strlen(text) + 2);
+            sprintf(cfg, "%.*s\"tie_word_embeddings\": false%s", (int)(at - text), text, at + sizeof key - 1);
+            hf_variant("untied_mamba2", cfg, 1, NULL, d0, sizeof d0);
+            free(cfg);
+            Model m;
+            int rc = ckpt_load(&m, d0, NULL);
+            TH_CHECK(rc == 0, "untied Mamba2: %s", err_msg());
+            if (!rc) {
+                const float *E = model_tensor(&m, m.params, "word_emb.emb.weight"), *H = model_tensor(&m, m.params, "criterion.decoder.weight");
+                TH_CHECK(m.cfg.tie_embeddings == 0 && H && H[5] == E[5] + 0.25f && H[6] == E[6], "untied Mamba2: the head is the file's");
+                model_free(&m);
+            }
+        }
+        free(text);
+    }
     /* a config saying untied for a file without a head: the head is missing, by its name in the file */
     char d[256], cmd[1400];
     path_of(d, sizeof d, "untied_nohead");
