@@ -220,6 +220,27 @@ int report_write_bytes(const char *path, const void *data, size_t len) {
     return report_write(path, emit_bytes, &b);
 }
 
+int dirs_check(const char *path) {
+    char buf[4096];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s", path);
+    if (n >= sizeof buf) return err_set(IM_EINVAL, "path too long: %s", path);
+    if (!n) return err_set(IM_EINVAL, "empty folder path");
+    for (;;) {
+        struct stat st;
+        if (stat(buf, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) return err_set(IM_EIO, "%s exists and is not a folder", buf);
+            if (access(buf, W_OK | X_OK) != 0) return err_set(IM_EIO, "cannot write in folder %s: %s", buf, strerror(errno));
+            return IM_OK;
+        }
+        if (errno != ENOENT && errno != ENOTDIR) return err_set(IM_EIO, "cannot use %s: %s", buf, strerror(errno));
+        /* missing: the parent decides (a parent that is a file shows up as ENOTDIR here) */
+        while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+        while (n > 0 && buf[n - 1] != '/') buf[--n] = 0;
+        while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+        if (!n) snprintf(buf, sizeof buf, ".");
+    }
+}
+
 int make_dirs(const char *path) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return err_set(IM_EINVAL, "path too long: %s", path);

@@ -62,5 +62,9 @@ void atomic_abort(AtomicFile *a);
 
 /* mkdir -p; IM_EIO with the path and reason on failure. */
 int make_dirs(const char *path);
+/* IM_OK when make_dirs(path) would succeed and files could then be created in path: every
+ * component that exists is a folder and the deepest one that exists is writable. Writes nothing:
+ * for commands to check an output folder before they claim or write anything else. */
+int dirs_check(const char *path);
 
 #endif

@@ -84,7 +84,10 @@ char *trainer_config_json(const ModelCfg *m, const TaskCfg *task, const TrainCfg
 /* Claim the output folder (rundir.h: lock, no silent overwrite, stale temps, a resumed log cut
  * back to resume_step; -1 = fresh run) and open the log for appending. Rank 0 only. */
 static int open_folder(Trainer *t, int resume_step, int overwrite) {
-    int rc = rundir_claim(t->cfg.out, resume_step, overwrite, &t->lock);
+    /* an unusable TensorBoard folder is refused before the run folder is claimed or its log opened */
+    int rc = t->cfg.tensorboard[0] ? dirs_check(t->cfg.tensorboard) : IM_OK;
+    if (rc) return err_wrap(IM_EINVAL, "train key 'tensorboard'");   /* a key to change, not the --out folder */
+    rc = rundir_claim(t->cfg.out, resume_step, overwrite, &t->lock);
     if (rc) return rc;
     char path[4200];
     snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out);
