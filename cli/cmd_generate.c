@@ -2,7 +2,7 @@
  *
  *   implicit generate CKPT --prompt TEXT [--max_tokens N] [--temperature T] [--top_k K] [--top_p P]
  *                    [--seed S] [--stop STR] [--tokenizer SPEC] [--threads N] [--json OUT] [--echo 0|1]
- *                    [model evaluation keys: --max_seq_len N --eval_f_max_iter N --seq_solver ...]
+ *                    [model evaluation keys: --max_seq_len N --eval_seq_f_max_iter N --seq_solver ...]
  *
  * The text streams to stdout as it is produced; the statistics (tokens/s, solver iterations per
  * token, peak resident memory) go to stderr, so `> out.txt` keeps only the text.
@@ -123,7 +123,7 @@ const CmdSpec generate_cmd = {
     "Feeds the prompt token by token (sequential mode: recurrent state, KV cache, or the per-token\n"
     "fixed point of implicit / fixed-point models), then samples; the text streams to stdout.\n"
     "Model keys are applied before loading: --max_seq_len N (KV-cache capacity of attention models),\n"
-    "and for implicit / fp models --eval_f_max_iter --eval_factor --f_tol --tau --seq_solver\n"
+    "and for implicit / fp models --eval_seq_f_max_iter (each token's cap) --f_tol --tau --seq_solver\n"
     "--seq_warm_start --anderson_m --fp_eval_cap --fp_threshold (test-time compute).\n"
     "stderr receives tokens/s for the prompt and the generation, mean solver iterations per token\n"
     "(0 for explicit models) and the peak resident memory (getrusage ru_maxrss).\n",

@@ -1,7 +1,7 @@
 /* cmd_mc.c: `implicit mc` — multiple-choice log-likelihood evaluation (src/train/mc.h).
  *
  *   implicit mc CKPT TASK.jsonl [--limit N] [--json OUT] [--tokenizer SPEC] [--delimiter STR]
- *               [--threads N] [model evaluation keys: --max_seq_len N --eval_f_max_iter N ...]
+ *               [--threads N] [model evaluation keys: --max_seq_len N --eval_seq_f_max_iter N ...]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@ const CmdSpec mc_cmd = {
     "TASK.jsonl: one object per line, {\"context\": str, \"choices\": [str, ...], \"gold\": int}; also\n"
     "\"query\"/\"ctx\", \"endings\" and \"label\" (int or digit string), as in HellaSwag files.\n"
     "Model keys are applied before loading: --max_seq_len N (longer inputs lose context on the left),\n"
-    "--eval_f_max_iter N, --f_tol X, ... (implicit / fp models).\n",
+    "--eval_seq_f_max_iter N (each token's cap), --f_tol X, ... (implicit / fp models).\n",
     MC_OPTS, (int)(sizeof MC_OPTS / sizeof *MC_OPTS), MC_KEYS, 1, 2, 2};
 
 static void progress(void *ctx, int done, int total, const McSummary *s) {

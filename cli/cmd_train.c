@@ -182,10 +182,18 @@ static void pos_csv_path(const char *csv, char *out, size_t cap) {
     snprintf(out, cap, "%.*s_positions.csv", (int)n, csv);
 }
 
+/* One --max_iters cap of an implicit model: it bounds both the whole-sequence and the per-token
+ * sequential solve (cap 0: the checkpoint's own caps). */
+static void set_caps(ModelCfg *c, int cap, int own_cap, int own_seq_cap) {
+    c->eval_f_max_iter = cap > 0 ? cap : own_cap;
+    c->eval_seq_f_max_iter = cap > 0 ? cap : own_seq_cap;
+}
+
 /* Loss by position (one entry per iteration cap) for --pos_buckets; *pos is malloc'ed. */
 static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, int samples, int batch, int mode,
                         const int *caps, int n_caps, EvalPos **pos) {
     int is_fp = m->type->family == MODEL_FP_RNN, own_cap = is_fp ? m->cfg.fp_eval_cap : m->cfg.eval_f_max_iter;
+    int own_seq_cap = m->cfg.eval_seq_f_max_iter;
     if (task_kind(task) != TASK_LM) return err_set(IM_EINVAL, "--pos_buckets applies to language models (task lm) only");
     if (width < 1) width = task_cfg(task)->context;
     if (n_buckets > EVAL_MAX_BUCKETS) return err_set(IM_EINVAL, "--pos_buckets: at most %d", EVAL_MAX_BUCKETS);
@@ -197,11 +205,11 @@ static int eval_pos_all(Model *m, const Task *task, int n_buckets, int width, in
     int rc = IM_OK;
     for (int c = 0; c < n_caps && !rc; c++) {
         if (is_fp) m->cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
-        else m->cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
+        else set_caps(&m->cfg, caps[c], own_cap, own_seq_cap);
         rc = eval_positions(m, task, len, width, samples, batch, mode, &(*pos)[c]);
     }
     if (is_fp) m->cfg.fp_eval_cap = own_cap;
-    else m->cfg.eval_f_max_iter = own_cap;
+    else set_caps(&m->cfg, 0, own_cap, own_seq_cap);
     return rc;
 }
 
@@ -359,6 +367,7 @@ int cmd_eval(int argc, char **argv) {
     int nl = task_eval_lens(task, &lens), np = task_eval_ps(task, &ps), n = 0;
     EvalRow *rows = calloc((size_t)nl * np * n_caps, sizeof *rows);
     int is_fp = m.type->family == MODEL_FP_RNN, own_cap = is_fp ? m.cfg.fp_eval_cap : m.cfg.eval_f_max_iter;
+    int own_seq_cap = m.cfg.eval_seq_f_max_iter;
     int is_lm = task_kind(task) == TASK_LM;
     EvalPos *pos = NULL;
     if (pos_buckets > 0)
@@ -368,7 +377,7 @@ int cmd_eval(int argc, char **argv) {
     double t0 = timer_now();
     for (int c = 0; c < n_caps && !rc; c++) {
         if (is_fp) m.cfg.fp_eval_cap = caps[c] > 0 ? caps[c] : own_cap;
-        else m.cfg.eval_f_max_iter = caps[c] > 0 ? caps[c] : own_cap;
+        else set_caps(&m.cfg, caps[c], own_cap, own_seq_cap);
         for (int i = 0; i < nl && !rc; i++)
             for (int j = 0; j < np && !rc; j++) {
                 ProgressEval bar = {&pg, n, n_caps * nl * np, lens[i], task_kind(task) == TASK_WORD ? ps[j] : -1.0f, t0};

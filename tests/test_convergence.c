@@ -6,6 +6,7 @@
  * - converge-or-extend (f_extend_max_iter): on a contractive map with a cap at which some sequences
  *   of the batch have reached f_tol and some have not, the extended solve brings every sequence to
  *   f_tol and gives the loss of the solve with the large cap, dropout masks included
+ * - the sequential solve stops at its own cap (eval_seq_f_max_iter), in evaluation and model_step
  * - the trainer logs the share per step and a "gap" record per evaluation (length, p)
  */
 #include <math.h>
@@ -71,7 +72,8 @@ static double train_share(Model *m, Task *t) {
 static void share(Task *t) {
     Model m;
     /* contractive, solved far below its tolerance: every sample reaches it in every solve */
-    static const char *const conv[] = {"f_max_iter", "300", "f_tol", "1e-4", "eval_f_max_iter", "300", NULL};
+    static const char *const conv[] = {"f_max_iter", "300", "f_tol", "1e-4", "eval_f_max_iter", "300",
+                                       "eval_seq_f_max_iter", "0", NULL};
     make(&m, t, conv, 1);
     double s = train_share(&m, t);
     TH_CHECK(s == 1.0, "contractive map, training solve: share %g, want 1", s);
@@ -84,7 +86,7 @@ static void share(Task *t) {
     printf("  contractive: share train %.2f, sim %.2f, seq %.2f, agreement %.3f\n", s, r.conv_sim, r.conv_seq, r.agree);
     model_free(&m);
     /* the same map capped at 2 calls with a tolerance it cannot reach in 2 */
-    static const char *const cap[] = {"f_max_iter", "2", "f_tol", "1e-7", "eval_f_max_iter", "2", NULL};
+    static const char *const cap[] = {"f_max_iter", "2", "f_tol", "1e-7", "eval_f_max_iter", "2", "eval_seq_f_max_iter", "0", NULL};
     make(&m, t, cap, 1);
     s = train_share(&m, t);
     TH_CHECK(s == 0.0, "capped map, training solve: share %g, want 0", s);
@@ -127,6 +129,50 @@ static void eval_tolerance(Task *t) {
     printf("  evaluation loop iterations at tol 0.05 / 0.01 (default) / 0.001: %.0f / %.0f / %.0f\n", loose.iters,
            dflt.iters, tight.iters);
     model_free(&m);
+}
+
+/* The sequential solve has its own cap (eval_seq_f_max_iter, at most the evaluation cap; 0 = the
+ * evaluation cap): at a tolerance no solve reaches, every token's solve runs to exactly that cap
+ * (loop, Anderson, Broyden), while the simultaneous pass runs to its own; 1 and negative caps are
+ * refused. */
+static void seq_cap(Task *t) {
+    Model m;
+    static const char *const kv[] = {"f_tol", "1e-30", "eval_f_max_iter", "40", "eval_seq_f_max_iter", "5", NULL};
+    make(&m, t, kv, 1);
+    EvalRow r;
+    TH_CHECK(eval_run(&m, t, LEN, 0.5f, N_EVAL, 4, EVAL_BOTH, &r) == 0, "%s", err_msg());
+    /* the loop counts its iterations before the final call: cap N reads N - 1 */
+    TH_CHECK(r.iters <= 5 && r.iters >= 4 && r.seq_max_iter == 5 && r.max_iter == 40, "sequential cap 5: %g iterations "
+             "per token (cap %d, simultaneous cap %d)", r.iters, r.seq_max_iter, r.max_iter);
+    TH_CHECK(eval_run(&m, t, LEN, 0.5f, N_EVAL, 4, EVAL_SIMULTANEOUS, &r) == 0, "%s", err_msg());
+    TH_CHECK(r.iters <= 40 && r.iters >= 39, "simultaneous pass beside a sequential cap 5: %g iterations, want its own "
+             "cap 40", r.iters);
+    static const char *const solvers[] = {"loop", "anderson", "broyden"};
+    for (int s = 0; s < 3; s++) {   /* generation's path: model_step, one token at a time */
+        cfg_set(&m.cfg, "seq_solver", solvers[s]);
+        static const int caps[3] = {5, 0, 100}, wants[3] = {5, 40, 40};   /* 0 and above: the evaluation cap */
+        for (int k = 0; k < 3; k++) {
+            m.cfg.eval_seq_f_max_iter = caps[k];
+            TH_CHECK(model_state_init(&m, 1) == 0, "%s", err_msg());
+            int want = wants[k], id = 1;
+            float logits[64];
+            TH_CHECK(task_vocab(t) <= 64, "vocabulary %d", task_vocab(t));
+            for (int i = 0; i < 3; i++) {
+                TH_CHECK(model_step(&m, &id, logits) == 0, "%s", err_msg());
+                TH_CHECK(m.fp_iters <= want && m.fp_iters >= want - 1, "seq_solver %s, sequential cap %d: token %d took %g "
+                         "iterations", solvers[s], want, i, m.fp_iters);
+            }
+        }
+    }
+    printf("  sequential cap 5 / 0 / 100 (eval cap 40): every token at its cap, loop, Anderson and Broyden\n");
+    model_free(&m);
+    ModelCfg c;
+    model_cfg(&c, task_vocab(t), NULL);
+    TH_CHECK(cfg_set(&c, "eval_seq_f_max_iter", "-1") != 0 || cfg_validate(&c) == IM_EINVAL,
+             "eval_seq_f_max_iter -1 must be refused");
+    TH_CHECK(cfg_set(&c, "eval_seq_f_max_iter", "1") == 0 && cfg_validate(&c) == IM_EINVAL,
+             "eval_seq_f_max_iter 1 must be refused");
+    TH_CHECK(strstr(err_msg(), "eval_seq_f_max_iter") != NULL, "the refusal names the key: %s", err_msg());
 }
 
 static void gap(Task *t) {
@@ -271,6 +317,7 @@ int main(void) {
     CHECK(task_create(&t, &tc) == 0, "%s", err_msg());
     share(t);
     eval_tolerance(t);
+    seq_cap(t);
     gap(t);
     extend(t);
     trainer_logs(t);

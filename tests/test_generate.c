@@ -244,7 +244,8 @@ static void test_explicit(Model *mamba, Model *llama) {
  * the same tokens, and the sequential logits match the simultaneous forward (duality). */
 static void test_implicit(void) {
     static const char *const kv[] = {"model", "implicit_mamba2", "vocab_size", "256", "d_model", "32", "n_layer", "1",
-                                     "d_state", "8", "headdim", "16", "f_tol", "1e-6", "eval_f_max_iter", "200", NULL};
+                                     "d_state", "8", "headdim", "16", "f_tol", "1e-6", "eval_f_max_iter", "200",
+                                     "eval_seq_f_max_iter", "0", NULL};
     Model m;
     make(&m, kv);
     /* shrink the input projections' weight-norm gains: a clear contraction converges tightly */

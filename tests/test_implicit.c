@@ -130,7 +130,7 @@ static void ift(const char *family, const char *solver) {
 
 /* Sequential (token by token, caches read-only inside the loop) equals simultaneous. */
 static void duality(const char *family) {
-    static const char *const kv[] = {"eval_f_max_iter", "300", "f_tol", "1e-6", NULL};
+    static const char *const kv[] = {"eval_f_max_iter", "300", "f_tol", "1e-6", "eval_seq_f_max_iter", "0", NULL};
     Model m;
     make(&m, family, kv);
     contract(&m);
@@ -160,7 +160,7 @@ static void duality(const char *family) {
 /* Beyond the reference: warm-started, Anderson and Broyden sequential solves reach the cold-start
  * answer. */
 static void seq_variants(void) {
-    static const char *const kv[] = {"eval_f_max_iter", "300", "f_tol", "1e-6", NULL};
+    static const char *const kv[] = {"eval_f_max_iter", "300", "f_tol", "1e-6", "eval_seq_f_max_iter", "0", NULL};
     const char *variants[4][4] = {{"seq_warm_start", "0", "seq_solver", "loop"},
                                   {"seq_warm_start", "1", "seq_solver", "loop"},
                                   {"seq_warm_start", "0", "seq_solver", "anderson"},

@@ -437,7 +437,7 @@ int main(int argc, char **argv) {
                                            "d_state", "8", "headdim", "16", NULL};
     static const char *const imp_kv[] = {"model", "implicit_llama", "vocab_size", "256", "d_model", "32", "n_layer",
                                          "2", "d_inner", "64", "n_head", "2", "tau", "0.8", "eval_f_max_iter", "2000",
-                                         "f_tol", "1e-7", NULL};
+                                         "f_tol", "1e-7", "eval_seq_f_max_iter", "0", NULL};
     make_ckpt("mamba", mamba_kv, 1, mamba, sizeof mamba);
     make_ckpt("implicit", imp_kv, 0, imp, sizeof imp);
     test_null_and_missing();

@@ -58,6 +58,8 @@ static int deq_validate(const ModelCfg *c) {
     int f_thres = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
     if (f_thres < 2)
         BAD("config keys 'eval_f_max_iter'/'eval_factor': evaluation needs at least 2 iterations (got %d; the reference crashes on 1)", f_thres);
+    if (c->eval_seq_f_max_iter == 1)
+        BAD("config key 'eval_seq_f_max_iter': the sequential solve needs at least 2 iterations (got 1; 0 = the evaluation cap)");
     if (!(c->bounded_frac >= 0 && c->bounded_frac <= 1)) BAD("config key 'bounded_frac' must be in [0, 1]");
     if (c->bounded_frac > 0 && c->bounded_steps > 0) BAD("config keys 'bounded_frac' and 'bounded_steps': give one, not both");
     if (!(c->norm_target_norm > 0)) BAD("config key 'norm_target_norm' must be > 0");

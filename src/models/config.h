@@ -89,6 +89,7 @@
     X(STR, b_stop_mode, "rel", "adjoint residual: rel | abs")                                      \
     X(FLOAT, eval_factor, 4.0, "eval max iterations = floor(f_max_iter * eval_factor)")            \
     X(INT, eval_f_max_iter, 0, "eval max iterations if > 0 (overrides eval_factor)")              \
+    X(INT, eval_seq_f_max_iter, 32, "sequential mode: max iterations per token, at most the eval cap (0 = the eval cap)") \
     X(INT, pretrain_steps, 0, "unrolled warm-up: training forwards with full backprop")           \
     X(INT, pretrain_iter, 4, "f calls of the unrolled warm-up")                                    \
     X(INT, bounded_steps, 0, "after the warm-up, steps of the bounded phase (paper's 4+1)")       \
@@ -127,7 +128,8 @@
     X(bc_norm, 0, 1) X(glu_in_loop, 0, 1) X(mixer_norm_eps, 0, 1) X(fp_max_iter, -100000, 100000) X(fp_gamma_k, 1, 1 << 20) \
     X(fp_n_backwards, 1, 64) X(fp_patience, 1, 1 << 20) X(fp_eval_cap, 1, 10000000)               \
     X(f_max_iter, 0, 100000) X(f_extend_max_iter, 0, 100000) X(grad, 1, 64) X(ift, 0, 1) X(b_max_iter, 1, 100000)                  \
-    X(eval_factor, 0, 1000) X(eval_f_max_iter, 0, 10000000) X(pretrain_steps, 0, 1 << 30)         \
+    X(eval_factor, 0, 1000) X(eval_f_max_iter, 0, 10000000) X(eval_seq_f_max_iter, 0, 10000000)  \
+    X(pretrain_steps, 0, 1 << 30)                                                                  \
     X(pretrain_iter, 1, 256) X(bounded_steps, 0, 1 << 30) X(bounded_f_max_iter, 0, 100000)         \
     X(bounded_grad, 1, 64) X(weight_norm, 0, 1) X(norm_no_scale, 0, 1) X(noise_seed, 0, 2147483647) \
     X(seq_warm_start, 0, 1) X(anderson_m, 1, 16) X(broyden_m, 1, 64)
@@ -136,7 +138,8 @@
  * caps, tolerances, the sequential solver, noise): `implicit eval` accepts exactly these. The sizeof
  * names the field, so an entry for a key that does not exist does not compile. */
 #define MODEL_EVAL_KEYS(X)                                                                         \
-    X(tau) X(f_tol) X(eval_f_tol) X(eval_factor) X(eval_f_max_iter) X(ema_alpha) X(seq_warm_start) X(seq_solver)  \
+    X(tau) X(f_tol) X(eval_f_tol) X(eval_factor) X(eval_f_max_iter) X(eval_seq_f_max_iter) X(ema_alpha)   \
+    X(seq_warm_start) X(seq_solver)                                                                \
     X(anderson_m) X(anderson_lambda) X(broyden_m) X(latent_noise_db) X(state_noise_db) X(noise_mode) \
     X(noise_seed) X(fp_eval_cap) X(fp_threshold)
 #define MODEL_KEY_NAME(name) (#name + 0 * sizeof(((ModelCfg *)0)->name)),

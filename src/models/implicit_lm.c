@@ -271,6 +271,19 @@ static FpSolver solver_of(const char *name) { return (FpSolver)fp_solver_parse(n
  * training tolerance f_tol (the reference's 0.05 for both) leaves them disagreeing. */
 static double eval_tol(const ModelCfg *c) { return c->eval_f_tol > 0 && c->eval_f_tol < c->f_tol ? c->eval_f_tol : c->f_tol; }
 
+static int eval_cap(const ModelCfg *c) { return c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor); }
+
+/* Each token's sequential solve has its own, lower cap: a token whose map never reaches eval_f_tol
+ * would otherwise iterate to the whole-sequence cap, which is sized for the simultaneous pass (about
+ * as many iterations as the sequence is long). Never above the evaluation cap, so that lowering
+ * eval_f_max_iter still bounds both solves. */
+static int seq_cap(const ModelCfg *c) {
+    int cap = eval_cap(c);
+    return c->eval_seq_f_max_iter > 0 && c->eval_seq_f_max_iter < cap ? c->eval_seq_f_max_iter : cap;
+}
+
+/* which: 0 training forward, 1 evaluation loop, 2 adjoint, 3 sequential Anderson / Broyden,
+ * 4 sequential loop (the evaluation loop's rule at the sequential cap) */
 static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
     fp_opts_default(o);
     o->anderson_m = c->anderson_m;
@@ -282,15 +295,15 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
         o->tol = c->f_tol;
         o->stop = !strcmp(c->f_stop_mode, "abs") ? FP_STOP_ABS : FP_STOP_REL;
         o->tau = 1.0f;
-    } else if (which == 1) {   /* evaluation loop (§3.2) */
+    } else if (which == 1 || which == 4) {   /* evaluation loop (§3.2) */
         o->solver = FP_EVALLOOP;
-        o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
+        o->max_iter = which == 4 ? seq_cap(c) : eval_cap(c);
         o->tol = eval_tol(c);
         o->tau = (float)c->tau;
         o->ema_alpha = c->ema_alpha;
     } else if (which == 3) {   /* sequential mode, Anderson or Broyden (beyond the reference) */
         o->solver = (FpSolver)fp_solver_parse(c->seq_solver, FP_USE_SEQ);
-        o->max_iter = c->eval_f_max_iter > 0 ? c->eval_f_max_iter : (int)(c->f_max_iter * c->eval_factor);
+        o->max_iter = seq_cap(c);
         o->tol = eval_tol(c);
         o->stop = FP_STOP_REL;
         o->tau = 1.0f;
@@ -305,7 +318,7 @@ static void solver_opts(const ModelCfg *c, int which, FpOpts *o) {
 
 /* The sequential mode's solver: the reference's loop, or Anderson / Broyden (beyond the reference). */
 static void seq_solver_opts(const ModelCfg *c, FpOpts *o) {
-    solver_opts(c, !strcmp(c->seq_solver, "loop") ? 1 : 3, o);
+    solver_opts(c, !strcmp(c->seq_solver, "loop") ? 4 : 3, o);
 }
 
 /* Scratch of the whole-sequence solves: training forward, evaluation loop, adjoint (the sequential

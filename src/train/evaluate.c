@@ -70,6 +70,9 @@ static int eval_core(Model *m, const Task *t, int len, float p, int samples, int
     out->max_iter = m->cfg.eval_f_max_iter > 0 ? m->cfg.eval_f_max_iter : (int)(m->cfg.f_max_iter * m->cfg.eval_factor);
     if (m->type->family == MODEL_FP_RNN) out->max_iter = m->cfg.fp_eval_cap;
     else if (m->type->family == MODEL_EXPLICIT) out->max_iter = 0;
+    out->seq_max_iter = out->max_iter;
+    if (m->type->family == MODEL_IMPLICIT && m->cfg.eval_seq_f_max_iter > 0 && m->cfg.eval_seq_f_max_iter < out->max_iter)
+        out->seq_max_iter = m->cfg.eval_seq_f_max_iter;   /* as the model applies it: at most the evaluation cap */
     if (len < 1 && !(len == TASK_LEN_VAL && task_chance(t) > 0))
         return err_set(IM_EINVAL, "evaluation length %d must be >= 1", len);
     if (samples < 1 || batch < 1) return err_set(IM_EINVAL, "evaluation needs samples >= 1 and batch >= 1");
@@ -231,8 +234,8 @@ void eval_print_hist(const EvalRow *rows, int n, FILE *f) {
     for (int i = 0; i < n; i++) {
         long total = 0;
         for (int k = 0; k < EVAL_HIST_BINS; k++) total += rows[i].iter_hist[k];
-        if (!total || rows[i].max_iter <= 0) continue;
-        fprintf(f, "iterations per token, length %d, cap %d:", rows[i].len, rows[i].max_iter);
+        if (!total || rows[i].seq_max_iter <= 0) continue;
+        fprintf(f, "iterations per token, length %d, cap %d:", rows[i].len, rows[i].seq_max_iter);
         for (int k = 0; k < EVAL_HIST_BINS; k++)
             if (rows[i].iter_hist[k]) fprintf(f, "  %s: %.1f%%", label[k], 100.0 * rows[i].iter_hist[k] / total);
         fputc('\n', f);

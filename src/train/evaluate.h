@@ -27,6 +27,7 @@ typedef struct {
     int len_min, len_max; /* task lengths actually drawn (formal: the val range, odd or minimum lengths) */
     int mode;         /* EvalMode */
     int max_iter;     /* implicit models: the eval iteration cap used (0: explicit model) */
+    int seq_max_iter; /* the per-token cap of the sequential solve (implicit: eval_seq_f_max_iter) */
     double iters;     /* mean solver f-evaluations per forward (simultaneous) or per token */
     double iters_ref; /* Fixed-Point RNNs: iters in the reference's convention (iter_idx + 1 per
                        * solve: iters + 1, so >= 1); 0 for the other models */
