@@ -308,7 +308,8 @@ static inline Shape shape_of_model(const Model *m) {
     Shape s;
     memset(&s, 0, sizeof s);
     const ParamInfo *emb = ptab_find(&m->tab, "word_emb.emb.weight");
-    int untied = ptab_find(&m->tab, "lm_head.weight") != NULL;
+    /* the delta-rule LMs' head, or any other LM's with tie_embeddings 0 */
+    int untied = ptab_find(&m->tab, "lm_head.weight") != NULL || ptab_find(&m->tab, "criterion.decoder.weight") != NULL;
     /* A Fixed-Point RNN iterates only part of each layer (fp_mamba.h): the channel mixer's
      * projections (".mixer.mixer.", of which the x share is computed once per forward when the
      * mixer reads [x ; shift(y)] through full-rank projections) and bc_proj; the rest of the layer

@@ -84,6 +84,15 @@ static void test_untied(void) {
              s.read_tok);
     TH_CHECK(s.mix_tok == 6.0 * 2 * 8 * 16 && s.state == 2.0 * 8 * 16, "deltanet terms %g %g", s.mix_tok, s.state);
     model_free(&m);
+    /* a Llama with tie_embeddings 0: the same accounting */
+    const char *lk[] = {"model", "llama", "vocab_size", "40", "d_model", "16", "n_layer", "1", "n_head", "2",
+                        "d_inner", "12", "tie_embeddings", "0", NULL};
+    TH_CHECK(build(&m, lk), "untied llama: %s", err_msg());
+    s = shape_of_model(&m);
+    emb = (double)ptab_find(&m.tab, "word_emb.emb.weight")->numel;
+    TH_CHECK(s.rest == s.params - s.body - emb && s.read_tok == s.params - emb + 16, "untied llama rest %g read %g",
+             s.rest, s.read_tok);
+    model_free(&m);
 }
 
 /* A Fixed-Point RNN iterates its channel mixer's projections, less the x share hoisted out of the
