@@ -288,7 +288,7 @@ class Model(_Handle):
     @classmethod
     def load(cls, path, **overrides):
         """Load a checkpoint; keyword arguments are evaluation-time model keys applied before the model
-        is built, as `implicit generate --max_seq_len 4096` (max_seq_len, eval_f_max_iter, f_tol, ...);
+        is built, as `implicit generate --max_seq_len 4096` (max_seq_len, eval_seq_f_max_iter, f_tol, ...);
         config=FILE gives a model config to weights that carry none, as `--config FILE`."""
         h = ctypes.c_void_p()
         kv = []
