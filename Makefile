@@ -119,7 +119,8 @@ $(BUILD)/bench_%: bench/bench_%.c $(LIB) bench/bench_util.h
 	@mkdir -p $(BUILD)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
-test: config $(BIN) $(SO) $(EXAMPLES) $(TESTS) $(TEST_SCRIPTS)
+# The benchmarks are built (not run) by test too, so a change that breaks them fails the suite.
+test: config $(BIN) $(SO) $(EXAMPLES) $(TESTS) $(TEST_SCRIPTS) $(BENCHES)
 	@sh tests/run.sh $(BUILD)
 
 bench: config $(BIN) $(BENCHES)

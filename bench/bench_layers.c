@@ -54,9 +54,9 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
         int K = mc.K, C = mc.C, H = mc.H, E = mc.E;
         w.mamba2 = (Mamba2W){randn((size_t)K * D, &r, 0.05f), randn((size_t)C * 4, &r, 0.3f), randn(C, &r, 0.1f),
                              randn(H, &r, 0.1f), randn(H, &r, 0.1f), randn(H, &r, 0.1f), randn(E, &r, 0.1f),
-                             randn((size_t)D * E, &r, 0.02f)};
+                             randn((size_t)D * E, &r, 0.02f), NULL};
         dw.mamba2 = (Mamba2W){randn((size_t)K * D, &r, 0), randn((size_t)C * 4, &r, 0), randn(C, &r, 0), randn(H, &r, 0),
-                              randn(H, &r, 0), randn(H, &r, 0), randn(E, &r, 0), randn((size_t)D * E, &r, 0)};
+                              randn(H, &r, 0), randn(H, &r, 0), randn(E, &r, 0), randn((size_t)D * E, &r, 0), NULL};
         for (int h = 0; h < H; h++) w.mamba2.A_log[h] = 0.5f, w.mamba2.dt_bias[h] = -3.0f, w.mamba2.norm_w[h] = 1;
         for (int e = 0; e < E; e++) w.mamba2.norm_w[e] = 1;
     } else {
@@ -64,13 +64,13 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
         attn_cfg_init(&ac, D, c->n_head, 500000.0f, T);
         block_cfg_attn(&bc, &ac, MLP_SWIGLU, c->d_inner, 1e-5f);
         size_t DD = (size_t)D * D, h = (size_t)bc.mlp.h;
-        w.attn = (AttnW){randn(DD, &r, 0.05f), randn(DD, &r, 0.05f), randn(DD, &r, 0.05f), randn(DD, &r, 0.05f)};
-        dw.attn = (AttnW){randn(DD, &r, 0), randn(DD, &r, 0), randn(DD, &r, 0), randn(DD, &r, 0)};
+        w.attn = (AttnW){randn(DD, &r, 0.05f), randn(DD, &r, 0.05f), randn(DD, &r, 0.05f), randn(DD, &r, 0.05f), NULL};
+        dw.attn = (AttnW){randn(DD, &r, 0), randn(DD, &r, 0), randn(DD, &r, 0), randn(DD, &r, 0), NULL};
         w.norm2_w = randn(D, &r, 0);
         dw.norm2_w = randn(D, &r, 0);
         for (int i = 0; i < D; i++) w.norm2_w[i] = 1;
-        w.mlp = (MlpW){randn(h * D, &r, 0.05f), randn(h * D, &r, 0.05f), NULL, randn(h * D, &r, 0.05f)};
-        dw.mlp = (MlpW){randn(h * D, &r, 0), randn(h * D, &r, 0), NULL, randn(h * D, &r, 0)};
+        w.mlp = (MlpW){randn(h * D, &r, 0.05f), randn(h * D, &r, 0.05f), NULL, randn(h * D, &r, 0.05f), NULL};
+        dw.mlp = (MlpW){randn(h * D, &r, 0), randn(h * D, &r, 0), NULL, randn(h * D, &r, 0), NULL};
     }
     w.norm_w = randn(D, &r, 0);
     dw.norm_w = randn(D, &r, 0);
