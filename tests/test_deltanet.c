@@ -33,6 +33,7 @@
 #include "../src/train/optim.h"
 
 #include "gradcheck.h"
+#include "model_check.h"
 
 static int bits_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -459,22 +460,11 @@ static void test_model_step(Rng *r, const char *model, const char *const *kv) {
     model_init_params(&m, 21);
     spread_params(&m, 22);
     enum { B = 2, T = 40 };
-    int ids[B * T], col[B];
+    int ids[B * T];
     fill_ids(ids, NULL, B * T, m.cfg.vocab_size, r);
-    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "%s fwd: %s", model, err_msg());
-    size_t V = (size_t)m.V;
-    float *full = th_alloc(B * T * V), *lg = th_alloc(B * V);
-    memcpy(full, m.logits, sizeof(float) * B * T * V);
-    TH_CHECK(model_state_init(&m, B) == 0, "%s state: %s", model, err_msg());
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-        model_step(&m, col, lg);
-        for (int b = 0; b < B; b++) worst = fmax(worst, th_rel_err(lg + b * V, full + ((size_t)b * T + t) * V, V));
-    }
+    double worst = th_step_vs_parallel(&m, ids, B, T, model);
     TH_CHECK(worst <= 1e-5, "%s: step vs parallel logits rel err %.3g", model, worst);
     printf("  %-15s step vs parallel logits rel err %.2e (B %d, T %d)\n", model, worst, B, T);
-    free(full); free(lg);
     model_free(&m);
 }
 

@@ -13,6 +13,7 @@
 #include "../src/core/check.h"
 #include "../src/models/ckpt.h"
 #include "gradcheck.h"
+#include "model_check.h"
 #include "../src/train/optim.h"
 
 #define HEAD "criterion.decoder.weight"
@@ -101,19 +102,9 @@ static void step_and_train(const char *model, int check_step, Rng *r) {
     Model m;
     TH_CHECK(make_model(&m, model, 0) == 0, "%s: %s", model, err_msg());
     spread(&m, 9);
-    int ids[B * T], tg[B * T], col[B];
+    int ids[B * T], tg[B * T];
     fill(ids, tg, m.cfg.vocab_size, r);
-    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "%s fwd: %s", model, err_msg());
-    size_t V = (size_t)m.V;
-    float *full = th_alloc(B * T * V), *lg = th_alloc(B * V);
-    memcpy(full, m.logits, sizeof(float) * B * T * V);
-    TH_CHECK(model_state_init(&m, B) == 0, "%s state: %s", model, err_msg());
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-        TH_CHECK(model_step(&m, col, lg) == 0, "%s step: %s", model, err_msg());
-        for (int b = 0; b < B; b++) worst = fmax(worst, th_rel_err(lg + b * V, full + ((size_t)b * T + t) * V, V));
-    }
+    double worst = th_step_vs_parallel(&m, ids, B, T, model);
     TH_CHECK(!check_step || worst <= 1e-5, "%s: step vs parallel logits rel err %.3g", model, worst);
     if (check_step) printf("  %-15s untied: step vs parallel logits rel err %.2e\n", model, worst);
     const ParamInfo *h = ptab_find(&m.tab, HEAD);
@@ -135,7 +126,7 @@ static void step_and_train(const char *model, int check_step, Rng *r) {
     TH_CHECK(model_fwd(&m, ids, tg, B, T, &l1) == 0 && l1 < l0, "%s: one step does not lower the loss (%g -> %g)", model,
              l0, l1);
     adamw_free(&o);
-    free(before); free(full); free(lg);
+    free(before);
     model_free(&m);
 }
 
