@@ -303,6 +303,12 @@ static inline void shape_add_mixer(Shape *s, const char *family, int D, int E, i
     }
 }
 
+/* The registry's kind of the config's model (explicit for an unknown name). */
+static inline ModelFamily family_of(const ModelCfg *c) {
+    const ModelType *t = model_type_find(c->model);
+    return t ? t->family : MODEL_EXPLICIT;
+}
+
 static inline Shape shape_of_model(const Model *m) {
     const ModelCfg *c = &m->cfg;
     Shape s;
@@ -315,7 +321,7 @@ static inline Shape shape_of_model(const Model *m) {
      * mixer reads [x ; shift(y)] through full-rank projections) and bc_proj; the rest of the layer
      * (in_proj, x_proj, dt_proj, zy_proj, out_proj) runs once per forward. Other models iterate
      * (or run once) the whole layer. */
-    int fp = !strncmp(c->model, "fp_", 3);
+    int fp = m->type->family == MODEL_FP_RNN;
     double loop = 0, layers = 0, hoist = c->mixer_h_dep && !c->symm_mixer && c->mixer_proj_rank < 0 ? 0.5 : 1;
     for (int i = 0; i < m->tab.n; i++) {
         const char *name = m->tab.p[i].name;
@@ -338,13 +344,14 @@ static inline Shape shape_of_model(const Model *m) {
 /* Passes through the layers with backward in a training step: the phantom steps of an implicit
  * model, the differentiable steps after a Fixed-Point RNN's loop, else the one forward. */
 static inline double f_grad_passes(const ModelCfg *c) {
-    return strstr(c->model, "implicit") ? c->grad : !strncmp(c->model, "fp_", 3) ? c->fp_n_backwards : 1;
+    ModelFamily f = family_of(c);
+    return f == MODEL_IMPLICIT ? c->grad : f == MODEL_FP_RNN ? c->fp_n_backwards : 1;
 }
 
 /* Passes through the layers per generated token, from the step's mean fp_iters: an implicit
  * model's loop calls + the committing call; a Fixed-Point RNN's iterations; else 1. */
 static inline double f_gen_calls(const ModelCfg *c, double fp_iters) {
-    return strstr(c->model, "implicit") ? fp_iters + 1 : fp_iters > 0 ? fp_iters : 1;
+    return family_of(c) == MODEL_IMPLICIT ? fp_iters + 1 : fp_iters > 0 ? fp_iters : 1;
 }
 
 /* Per-token FLOPs of one f call (one pass through the layers) at context length ctx. */

@@ -301,7 +301,7 @@ static int eval_report(const char *out, const char *ckpt, const char *task, cons
 static int eval_modes(const EvalArgs *a, const Model *m, int *mode, int *caps, int *n_caps) {
     /* implicit models: both passes and their agreement unless asked otherwise (duality is what
      * says whether the solve reached the fixed point) */
-    const char *name = a->mode ? a->mode : !strncmp(m->cfg.model, "implicit_", 9) ? "both" : "simultaneous";
+    const char *name = a->mode ? a->mode : m->type->family == MODEL_IMPLICIT ? "both" : "simultaneous";
     if ((*mode = eval_mode_parse(name)) < 0)
         return err_set(IM_EINVAL, "--mode: unknown '%s' (simultaneous | sequential | both)", name);
     *n_caps = 1;

@@ -18,7 +18,7 @@
 #include "../src/data/task_impl.h"
 #include "../src/fixedpoint/fp.h"
 #include "../src/layers/mixer.h"
-#include "../src/models/config.h"
+#include "../src/models/model.h"
 #include "th.h"
 
 /* ---- the echo task: letters 0..alphabet-1, target = input ---------------------------------------- */

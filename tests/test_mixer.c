@@ -26,7 +26,7 @@
 #include "../src/io/safetensors.h"
 #include "../src/kernels/kernels.h"
 #include "../src/layers/mixer.h"
-#include "../src/models/config.h"
+#include "../src/models/model.h"
 #include "th.h"
 
 #include "gradcheck.h"

@@ -301,9 +301,51 @@ static void families(void) {
              "family names");
 }
 
+/* cfg_validate asks the row which key groups a family reads (config.h CFG_USE_*): the groups each
+ * family must have, the kinds' own groups included, and messages that list the families of a
+ * group from the registry. */
+static void key_groups(void) {
+    enum { ATTN = CFG_USE_ATTN, SSD = CFG_USE_SSD_HEADS, SCAN = CFG_USE_SCAN, NT = CFG_USE_NORM_TYPE,
+           DELTA = CFG_USE_DELTA, FPL = CFG_USE_FP_LAYER, DEQ = CFG_USE_DEQ, NOISE = CFG_USE_NOISE };
+    static const struct { const char *name; unsigned uses; } want[] = {
+        {"mamba2", SSD}, {"llama", ATTN}, {"lstm", 0}, {"implicit_mamba2", SSD | NOISE | DEQ},
+        {"implicit_llama", ATTN | DEQ}, {"mamba1", SCAN | NT}, {"fp_mamba", SCAN | NT | FPL},
+        {"fp_mamba2", SCAN | NT | SSD | FPL}, {"fp_rnn", SCAN | NT | FPL}, {"deltanet", DELTA},
+        {"gated_deltanet", DELTA}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ModelType *t = model_type_find(want[i].name);
+        TH_CHECK(t && model_type_cfg_uses(t) == want[i].uses, "%s: key groups 0x%x, expected 0x%x", want[i].name,
+                 t ? model_type_cfg_uses(t) : 0u, want[i].uses);
+    }
+    ModelCfg c;
+    cfg_defaults(&c);
+    snprintf(c.model, sizeof c.model, "llama");
+    snprintf(c.norm_type, sizeof c.norm_type, "layernorm");
+    TH_CHECK(cfg_validate(&c) == IM_EINVAL &&
+                 strstr(err_msg(), "layernorm applies to mamba1, fp_mamba, fp_mamba2 and fp_rnn only (model 'llama'"),
+             "norm_type message from the registry: %s", err_msg());
+    cfg_defaults(&c);
+    snprintf(c.model, sizeof c.model, "implicit_llama");
+    c.latent_noise_db = 10;
+    TH_CHECK(cfg_validate(&c) == IM_EINVAL && strstr(err_msg(), "noise injection applies to implicit_mamba2 (spec 7)"),
+             "noise message from the registry: %s", err_msg());
+    snprintf(c.model, sizeof c.model, "implicit_mamba2");
+    TH_CHECK(cfg_validate(&c) == IM_OK, "implicit_mamba2 takes noise: %s", err_msg());
+    snprintf(c.model, sizeof c.model, "mamba3");
+    char want_msg[512];
+    snprintf(want_msg, sizeof want_msg, "config key 'model': unknown model 'mamba3' (%s)", model_type_names());
+    TH_CHECK(cfg_validate(&c) == IM_EINVAL && !strcmp(err_msg(), want_msg), "unknown model: %s", err_msg());
+    /* the model key's help lists the registry (config.h writes it out: keep the two equal) */
+    const KeyInfo *k = NULL;
+    for (int i = 0; i < model_keytab.n; i++)
+        if (!strcmp(model_keytab.keys[i].name, "model")) k = &model_keytab.keys[i];
+    TH_CHECK(k && strstr(k->help, model_type_names()), "the model key's help lists %s", model_type_names());
+}
+
 int main(void) {
     th_name = "test_models";
     families();
+    key_groups();
     config_bounds();
     alloc_failure();
     check_ref("tests/ref/mamba2.safetensors");

@@ -16,7 +16,7 @@
 #include "../src/io/json.h"
 #include "../src/io/keyjson.h"
 #include "../src/io/refcfg.h"
-#include "../src/models/config.h"
+#include "../src/models/model.h"
 #include "../src/train/train_cfg.h"
 
 typedef struct {

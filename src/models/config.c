@@ -44,7 +44,7 @@ _Static_assert(FP_BROYDEN_MAX_M == 64, "the bound of model key 'broyden_m' (conf
 
 static int is_stop(const char *s) { return !strcmp(s, "rel") || !strcmp(s, "abs"); }
 
-static int deq_validate(const ModelCfg *c) {
+static int deq_validate(const ModelCfg *c, unsigned uses, const char *(*users)(unsigned use)) {
     if (!(c->tau > 0 && c->tau <= 1)) BAD("config key 'tau': %g must be in (0, 1]", c->tau);
     if (fp_solver_parse(c->f_solver, FP_USE_SOLVE) < 0)
         BAD("config key 'f_solver': unknown '%s' (%s)", c->f_solver, fp_solver_names(FP_USE_SOLVE));
@@ -66,8 +66,8 @@ static int deq_validate(const ModelCfg *c) {
     if (!(c->norm_clip_value >= 0)) BAD("config key 'norm_clip_value' must be >= 0");
     if (strcmp(c->noise_mode, "multiplicative") && strcmp(c->noise_mode, "additive"))
         BAD("config key 'noise_mode': unknown '%s' (multiplicative | additive)", c->noise_mode);
-    if ((c->latent_noise_db > 0 || c->state_noise_db > 0) && strcmp(c->model, "implicit_mamba2"))
-        BAD("config keys 'latent_noise_db', 'state_noise_db': noise injection applies to implicit_mamba2 (spec 7)");
+    if ((c->latent_noise_db > 0 || c->state_noise_db > 0) && !(uses & CFG_USE_NOISE))
+        BAD("config keys 'latent_noise_db', 'state_noise_db': noise injection applies to %s (spec 7)", users(CFG_USE_NOISE));
     if (fp_solver_parse(c->seq_solver, FP_USE_SEQ) < 0)
         BAD("config key 'seq_solver': unknown '%s' (%s)", c->seq_solver, fp_solver_names(FP_USE_SEQ));
     if (!(c->ema_alpha >= 0 && c->ema_alpha < 1)) BAD("config key 'ema_alpha' must be in [0, 1)");
@@ -116,24 +116,15 @@ static int widths_validate(const ModelCfg *c, int ssd, int mamba1, int delta, in
     return IM_OK;
 }
 
-int cfg_validate(const ModelCfg *c) {
-    int imp = !strncmp(c->model, "implicit_", 9);
-    const char *fam = imp ? c->model + 9 : c->model;
-    int is_m = !strcmp(fam, "mamba2"), is_l = !strcmp(fam, "llama"), is_r = !imp && !strcmp(fam, "lstm");
-    int is_fp = !imp && (!strcmp(fam, "fp_mamba") || !strcmp(fam, "fp_mamba2") || !strcmp(fam, "fp_rnn"));
-    int is_m1 = !imp && (!strcmp(fam, "mamba1") || is_fp);
-    int is_delta = !imp && (!strcmp(fam, "deltanet") || !strcmp(fam, "gated_deltanet"));
-    if (!is_m && !is_l && !is_r && !is_m1 && !is_delta)
-        BAD("config key 'model': unknown model '%s' (mamba2 | llama | lstm | implicit_mamba2 | implicit_llama | "
-            "mamba1 | fp_mamba | fp_mamba2 | fp_rnn | deltanet | gated_deltanet)", c->model);
-    int ssd = is_m || !strcmp(fam, "fp_mamba2");   /* Mamba2 heads: headdim divides E */
+int cfg_check(const ModelCfg *c, unsigned uses, const char *(*users)(unsigned use)) {
+    int ssd = !!(uses & CFG_USE_SSD_HEADS), is_fp = !!(uses & CFG_USE_FP_LAYER), is_delta = !!(uses & CFG_USE_DELTA);
     int rc = keytab_check_bounds(&model_keytab, c);
-    if (!rc) rc = widths_validate(c, ssd, is_m1, is_delta, is_fp);
+    if (!rc) rc = widths_validate(c, ssd, !!(uses & CFG_USE_SCAN), is_delta, is_fp);
     if (rc) return rc;
     int64_t E = (int64_t)c->expand * c->d_model;   /* <= CFG_MAX_WIDTH from here on */
     if (ssd && E % c->headdim)
         BAD("config key 'headdim': %d does not divide expand*d_model = %lld", c->headdim, (long long)E);
-    if (imp && (rc = deq_validate(c))) return rc;
+    if ((uses & CFG_USE_DEQ) && (rc = deq_validate(c, uses, users))) return rc;
     if (is_fp && (rc = fp_validate(c))) return rc;
     if (strcmp(c->mlp_type, "auto") && strcmp(c->mlp_type, "swiglu") && strcmp(c->mlp_type, "gated"))
         BAD("config key 'mlp_type': unknown '%s' (auto | swiglu | gated)", c->mlp_type);
@@ -142,16 +133,16 @@ int cfg_validate(const ModelCfg *c) {
         BAD("config key 'norm_type': unknown '%s' (%s)", c->norm_type, blocknorm_names());
     /* the residual-stream LM (lm_resid.h) builds its norms from the key; the other families have
      * RMSNorm written into their blocks */
-    if (blocknorm_parse(c->norm_type) != BLOCKNORM_RMS && !is_m1)
-        BAD("config key 'norm_type': %s applies to mamba1, fp_mamba, fp_mamba2 and fp_rnn only (model '%s' uses rmsnorm)",
-            c->norm_type, c->model);
+    if (blocknorm_parse(c->norm_type) != BLOCKNORM_RMS && !(uses & CFG_USE_NORM_TYPE))
+        BAD("config key 'norm_type': %s applies to %s only (model '%s' uses rmsnorm)", c->norm_type,
+            users(CFG_USE_NORM_TYPE), c->model);
     if (c->mixer_norm_eps > 0 && !is_fp)
-        BAD("config key 'mixer_norm_eps': applies to fp_mamba, fp_mamba2 and fp_rnn only (model '%s')", c->model);
+        BAD("config key 'mixer_norm_eps': applies to %s only (model '%s')", users(CFG_USE_FP_LAYER), c->model);
     if (!c->tie_embeddings && is_delta)
         BAD("config key 'tie_embeddings': %s models always have their own head (lm_head.weight); leave it at 1", c->model);
     if (!(c->dropout >= 0 && c->dropout < 1)) BAD("config key 'dropout' must be in [0, 1)");
     if (!(c->backbone_dropout >= 0 && c->backbone_dropout < 1)) BAD("config key 'backbone_dropout' must be in [0, 1)");
-    if (is_l) {
+    if (uses & CFG_USE_ATTN) {
         if (c->d_model % c->n_head)
             BAD("config key 'n_head': %d does not divide d_model = %d", c->n_head, c->d_model);
         if ((c->d_model / c->n_head) % 2) BAD("config key 'n_head': head dim d_model/n_head = %d must be even for RoPE", c->d_model / c->n_head);

@@ -117,7 +117,7 @@
  * checked before anything else, so that the widths derived from them (E = expand * d_model, ...)
  * are computed in 64 bits and bounded by CFG_MAX_WIDTH before any int arithmetic sees them.
  * Sizes are capped far above any CPU-trainable model; flags are 0..1, "-1 = default" keys start
- * at -1. Family-specific rules (headdim dividing E, ...) stay in cfg_validate. */
+ * at -1. Family-specific rules (headdim dividing E, ...) are in cfg_check, by key group. */
 #define MODEL_CFG_BOUNDS(X)                                                                        \
     X(vocab_size, 1, 1 << 24) X(pad_vocab_multiple, 0, 65536) X(d_model, 1, 65536)                 \
     X(n_layer, 1, 1024) X(d_inner, 0, 1 << 20) X(d_state, 1, 65536) X(d_conv, 1, 64)              \
@@ -159,8 +159,28 @@ void cfg_defaults(ModelCfg *c);
 /* Set one key from text ("--d_model 64"). IM_EINVAL with a message naming the key on an unknown
  * key or a value of the wrong type. */
 int cfg_set(ModelCfg *c, const char *key, const char *value);
-/* Check ranges and consistency (heads dividing widths, ...). IM_EINVAL naming the key. */
-int cfg_validate(const ModelCfg *c);
+/* The key groups a model family reads beyond the common ones. A family's registry row (model.h)
+ * lists its groups; cfg_validate (model.h) asks the row and checks the keys of those groups
+ * through cfg_check, so this file never needs to know a family by its name (and never calls
+ * into the registry, which calls cfg_validate). */
+#define CFG_USE_LIST(X)                                                                            \
+    X(CFG_USE_ATTN, 1u << 0)      /* attention blocks: n_head divides d_model, RoPE, SwiGLU */    \
+    X(CFG_USE_SSD_HEADS, 1u << 1) /* Mamba2 heads: headdim divides expand*d_model */              \
+    X(CFG_USE_SCAN, 1u << 2)      /* the Mamba-1 selective scan: dt_rank */                      \
+    X(CFG_USE_NORM_TYPE, 1u << 3) /* block norms built from norm_type (RMSNorm or LayerNorm) */   \
+    X(CFG_USE_DELTA, 1u << 4)     /* delta-rule mixers, with their own untied head */             \
+    X(CFG_USE_FP_LAYER, 1u << 5)  /* a fixed-point layer: the channel mixer and fp_* keys */      \
+    X(CFG_USE_DEQ, 1u << 6)       /* a fixed point over the layer stack: solver keys */           \
+    X(CFG_USE_NOISE, 1u << 7)     /* noise injection into the solve (latent/state_noise_db) */
+enum {
+#define X(id, bit) id = bit,
+    CFG_USE_LIST(X)
+#undef X
+};
+/* Check ranges and consistency (heads dividing widths, ...) of a config whose family reads the
+ * key groups `uses`. IM_EINVAL naming the key. users(bit) names the families that read one
+ * group ("mamba1, fp_mamba and fp_rnn"), for the messages that reject a key on the others. */
+int cfg_check(const ModelCfg *c, unsigned uses, const char *(*users)(unsigned use));
 /* Write the config as one JSON object into buf (NUL-terminated). Returns bytes needed. */
 size_t cfg_to_json(const ModelCfg *c, char *buf, size_t cap);
 /* Read keys from a JSON object text; unknown keys are errors. Missing keys keep defaults. */

@@ -902,7 +902,7 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_implicit_mamba2 = {"implicit_mamba2", MODEL_IMPLICIT, build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
+const ModelType model_implicit_mamba2 = {"implicit_mamba2", MODEL_IMPLICIT, CFG_USE_SSD_HEADS | CFG_USE_NOISE, build_mamba2, plan, fwd, bwd, state_init, step, free_impl,
                                          post_init, spectral_radius};
-const ModelType model_implicit_llama = {"implicit_llama", MODEL_IMPLICIT, build_llama, plan, fwd, bwd, state_init, step, free_impl,
+const ModelType model_implicit_llama = {"implicit_llama", MODEL_IMPLICIT, CFG_USE_ATTN, build_llama, plan, fwd, bwd, state_init, step, free_impl,
                                         post_init, spectral_radius};

@@ -10,6 +10,7 @@
 
 #include "../core/check.h"
 #include "../io/keyjson.h"
+#include "model.h"
 
 /* ---- the name tables ----------------------------------------------------------------------- */
 
@@ -776,9 +777,11 @@ static int ref_write(const ModelCfg *c, JsonBuf *b) {
     char *ours = malloc(need);
     if (!ours) return err_set(IM_ENOMEM, "out of memory");
     cfg_to_json(c, ours, need);
-    int implicit = !strncmp(c->model, "implicit_", 9);
-    const char *family = implicit ? c->model + 9 : c->model;
-    int mamba = !strcmp(family, "mamba2"), llama = !strcmp(family, "llama");
+    /* the reference's models: block stacks of Mamba2 or attention blocks, explicit or implicit */
+    const ModelType *type = model_type_find(c->model);
+    unsigned uses = type ? model_type_cfg_uses(type) : 0;
+    int implicit = type && type->family == MODEL_IMPLICIT, block_lm = type && type->family != MODEL_FP_RNN;
+    int mamba = block_lm && (uses & CFG_USE_SSD_HEADS), llama = block_lm && (uses & CFG_USE_ATTN);
     if (!mamba && !llama) {
         json_buf_raw(b, ours);
         free(ours);

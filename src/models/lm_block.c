@@ -249,5 +249,5 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_mamba2_lm = {"mamba2", MODEL_EXPLICIT, build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
-const ModelType model_llama_lm = {"llama", MODEL_EXPLICIT, build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+const ModelType model_mamba2_lm = {"mamba2", MODEL_EXPLICIT, CFG_USE_SSD_HEADS, build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+const ModelType model_llama_lm = {"llama", MODEL_EXPLICIT, CFG_USE_ATTN, build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};

@@ -338,7 +338,7 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_gated_deltanet_lm = {"gated_deltanet", MODEL_EXPLICIT, build_gated, plan, fwd, bwd, state_init, step,
+const ModelType model_gated_deltanet_lm = {"gated_deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_gated, plan, fwd, bwd, state_init, step,
                                            free_impl, NULL, NULL};
-const ModelType model_deltanet_lm = {"deltanet", MODEL_EXPLICIT, build_plain, plan, fwd, bwd, state_init, step, free_impl,
+const ModelType model_deltanet_lm = {"deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_plain, plan, fwd, bwd, state_init, step, free_impl,
                                      NULL, NULL};

@@ -169,4 +169,4 @@ static void free_impl(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_lstm_lm = {"lstm", MODEL_EXPLICIT, build, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+const ModelType model_lstm_lm = {"lstm", MODEL_EXPLICIT, 0, build, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};

@@ -275,10 +275,10 @@ void lm_resid_free(Model *m) {
     m->impl = NULL;
 }
 
-const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1", MODEL_EXPLICIT);
-const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba", MODEL_FP_RNN);
-const ModelType model_fp_mamba2_lm = LM_RESID_TYPE("fp_mamba2", MODEL_FP_RNN);
-const ModelType model_fp_rnn_lm = LM_RESID_TYPE("fp_rnn", MODEL_FP_RNN);
+const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1", MODEL_EXPLICIT, CFG_USE_SCAN | CFG_USE_NORM_TYPE);
+const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba", MODEL_FP_RNN, CFG_USE_SCAN | CFG_USE_NORM_TYPE);
+const ModelType model_fp_mamba2_lm = LM_RESID_TYPE("fp_mamba2", MODEL_FP_RNN, CFG_USE_SCAN | CFG_USE_NORM_TYPE | CFG_USE_SSD_HEADS);
+const ModelType model_fp_rnn_lm = LM_RESID_TYPE("fp_rnn", MODEL_FP_RNN, CFG_USE_SCAN | CFG_USE_NORM_TYPE);
 
 /* ==== mixer kind "mamba1" (layers/mamba1.h) ======================================================
  * X(member, name suffix, init, a, b, decay, ndim, d0, d1, d2) with D, E, N, R, W, K from the

@@ -85,7 +85,8 @@ typedef struct {
 extern const LmMixerKind lm_mixer_mamba1, lm_mixer_fp_mamba, lm_mixer_fp_mamba2, lm_mixer_fp_rnn;
 
 /* The ModelType functions shared by every kind (lm_resid.c); a family's ModelType is
- * LM_RESID_TYPE("<name>", <ModelFamily>), the kind being looked up by cfg.model in build. */
+ * LM_RESID_TYPE("<name>", <ModelFamily>, <CFG_USE_* key groups>), the kind being looked up by
+ * cfg.model in build. */
 int lm_resid_build(Model *m);
 int lm_resid_plan(Model *m, int B, int T);
 int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss);
@@ -94,8 +95,8 @@ int lm_resid_state_init(Model *m, int B);
 int lm_resid_step(Model *m, const int *ids, float *logits);
 void lm_resid_free(Model *m);
 void lm_resid_post_init(Model *m);
-#define LM_RESID_TYPE(name, family)                                                            \
-    {name, family, lm_resid_build, lm_resid_plan, lm_resid_fwd, lm_resid_bwd, lm_resid_state_init,    \
+#define LM_RESID_TYPE(name, family, uses)                                                          \
+    {name, family, uses, lm_resid_build, lm_resid_plan, lm_resid_fwd, lm_resid_bwd, lm_resid_state_init,    \
      lm_resid_step, lm_resid_free, lm_resid_post_init, NULL}
 
 #endif

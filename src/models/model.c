@@ -28,11 +28,38 @@ const ModelType *model_type_find(const char *name) {
 }
 
 static const char *const FAMILY_NAMES[] = {
-#define X(id, name) name,
+#define X(id, name, uses) name,
     MODEL_FAMILY_LIST(X)
 #undef X
 };
 _Static_assert(sizeof FAMILY_NAMES / sizeof FAMILY_NAMES[0] == MODEL_N_FAMILY, "one name per ModelFamily");
+static const unsigned FAMILY_USES[] = {
+#define X(id, name, uses) uses,
+    MODEL_FAMILY_LIST(X)
+#undef X
+};
+
+unsigned model_type_cfg_uses(const ModelType *t) { return t->cfg_uses | FAMILY_USES[t->family]; }
+
+/* "a, b and c": the registry's families that read key group `use` (for cfg_check's messages). */
+static const char *users_of(unsigned use) {
+    static _Thread_local char buf[256];
+    const char *names[N_MODELS];
+    int n = 0;
+    for (int i = 0; i < N_MODELS; i++)
+        if (model_type_cfg_uses(MODELS[i]) & use) names[n++] = MODELS[i]->name;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++)
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", names[i]);
+    return n ? buf : "no model";
+}
+
+int cfg_validate(const ModelCfg *c) {
+    const ModelType *t = model_type_find(c->model);
+    if (!t) return err_set(IM_EINVAL, "config key 'model': unknown model '%s' (%s)", c->model, model_type_names());
+    return cfg_check(c, model_type_cfg_uses(t), users_of);
+}
 
 const char *model_family_name(ModelFamily f) { return f >= 0 && f < MODEL_N_FAMILY ? FAMILY_NAMES[f] : "?"; }
 

@@ -22,13 +22,14 @@
 typedef struct Model Model;
 
 /* What kind of network a family is: code that treats the kinds differently (evaluation caps,
- * solver statistics, generation) asks the registry row, never the family's name. */
+ * solver statistics, generation, config validation) asks the registry row, never the family's
+ * name. X(id, name, key groups every family of this kind reads (config.h CFG_USE_*)) */
 #define MODEL_FAMILY_LIST(X)                                                                       \
-    X(MODEL_EXPLICIT, "explicit") /* one pass per layer: Mamba2, Llama, LSTM, Mamba1, DeltaNet */ \
-    X(MODEL_IMPLICIT, "implicit") /* a DEQ over the layer stack: implicit_mamba2, implicit_llama */ \
-    X(MODEL_FP_RNN, "fp_rnn")     /* a fixed point in time per layer: fp_mamba, fp_mamba2, fp_rnn */
+    X(MODEL_EXPLICIT, "explicit", 0)              /* one pass per layer: Mamba2, Llama, LSTM, ... */ \
+    X(MODEL_IMPLICIT, "implicit", CFG_USE_DEQ)    /* a DEQ over the layer stack: implicit_mamba2, ... */ \
+    X(MODEL_FP_RNN, "fp_rnn", CFG_USE_FP_LAYER)   /* a fixed point in time per layer: fp_mamba, ... */
 typedef enum {
-#define X(id, name) id,
+#define X(id, name, uses) id,
     MODEL_FAMILY_LIST(X)
 #undef X
     MODEL_N_FAMILY
@@ -37,6 +38,7 @@ typedef enum {
 typedef struct {
     const char *name;                               /* registry key = cfg.model */
     ModelFamily family;
+    unsigned cfg_uses;                              /* CFG_USE_* key groups beyond the family's */
     int (*build)(Model *m);                         /* fill m->tab and m->impl from m->cfg */
     int (*plan)(Model *m, int B, int T);            /* size and allocate activations */
     /* Forward over ids:(B,T); fills m->logits (B,T,V_pad). With targets:(B,T) (IGNORE_INDEX
@@ -101,6 +103,11 @@ const char *model_type_names(void);                /* "mamba2 | llama | lstm" */
 const char *model_family_name(ModelFamily f);      /* "explicit" | "implicit" | "fp_rnn" */
 /* 1 for the families that solve a fixed point (implicit LMs and Fixed-Point RNNs). */
 int model_is_fixed_point(const Model *m);
+/* The CFG_USE_* key groups a family reads: its row's and its kind's (MODEL_FAMILY_LIST). */
+unsigned model_type_cfg_uses(const ModelType *t);
+/* Check a config: its model must be in the registry, and its keys must hold for the key groups
+ * that model reads (cfg_check, config.h). IM_EINVAL with a message naming the key. */
+int cfg_validate(const ModelCfg *c);
 /* Validate cfg, build the table, allocate θ and dθ (zeroed). */
 int model_create(Model *m, const ModelCfg *cfg);
 void model_free(Model *m);

@@ -154,7 +154,7 @@ int eval_run_progress(Model *m, const Task *t, int len, float p, int samples, in
 
 int eval_gap(Model *m, const Task *t, int len, float p, int samples, int batch, double tol, int max_iter, EvalGap *out) {
     memset(out, 0, sizeof *out);
-    if (strncmp(m->cfg.model, "implicit_", 9))
+    if (m->type->family != MODEL_IMPLICIT)
         return err_set(IM_EINVAL, "the fixed-point gap applies to implicit models (this is '%s')", m->cfg.model);
     if (!(tol > 0) || max_iter < 2)
         return err_set(IM_EINVAL, "fixed-point gap: the tight solve needs tol > 0 and max_iter >= 2 (got %g, %d)", tol, max_iter);

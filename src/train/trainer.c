@@ -445,7 +445,7 @@ static void log_gap(Trainer *t, const EvalGap *g, double v_train, double v_tight
 /* The fixed-point gap of an implicit model at every eval (length, p): logged, and the largest
  * one shown above the progress bar. */
 static int eval_gaps(Trainer *t, Progress *pg) {
-    if (t->cfg.gap_samples <= 0 || strncmp(t->mcfg.model, "implicit_", 9)) return IM_OK;
+    if (t->cfg.gap_samples <= 0 || t->model.type->family != MODEL_IMPLICIT) return IM_OK;
     const int *lens;
     const float *ps;
     int nl = task_eval_lens(t->task, &lens), np = task_eval_ps(t->task, &ps), hib = 1;
