@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 cd "$here"
 for g in gen_mamba2.py gen_llama.py gen_lstm.py gen_implicit.py gen_mamba1.py gen_mixer.py gen_deltanet.py \
-         gen_fp_mamba.py gen_fp_interop.py gen_interop.py; do
+         gen_fp_mamba.py gen_fp_interop.py gen_interop.py gen_byte_lm.py; do
     echo "== $g"
     "$PYTHON" "$g"
 done
