@@ -7,9 +7,30 @@
 #ifndef IMPLICIT_FP_TESTUTIL_H
 #define IMPLICIT_FP_TESTUTIL_H
 
+#include "../src/fixedpoint/fp.h"
 #include "../src/models/ckpt.h"
 #include "../src/models/model.h"
 #include "../src/core/params.h"
+
+/* ---- the layers' solve ------------------------------------------------------------------------ */
+
+/* fpo_opts_default's options (s0 0.99, decay 0.9, patience 15, threshold 0.1, quantile 0.75, cap
+ * 100) for the solver table's FixedPointOptimizer row. */
+static FpOpts fpt_fpo_opts(void) {
+    FpOpts o;
+    fp_opts_default(&o);
+    o.solver = FP_OPTIMIZER;
+    o.tol = 0.1;
+    o.max_iter = 100;
+    return o;
+}
+
+/* A solve the layers are given: s runs o (its row, or s->ops when the caller sets one) with
+ * scratch for maps of up to n floats in nb samples, and tallies the solves; free s->scratch. */
+static FpSolve fpt_solve(FpSolveCtx *s, const FpOpts *o, size_t n, int nb) {
+    *s = (FpSolveCtx){.o = *o, .scratch = th_alloc(fp_scratch_floats(o, n, nb))};
+    return fp_solve_call(s);
+}
 
 /* ---- a layer test case --------------------------------------------------------------------- */
 

@@ -5,7 +5,12 @@
  *    default eval lengths, batches, determinism, describe, scoring metric, token names.
  * 2. The tables: every listed task, mixer and solver name round-trips, every solver has a row,
  *    and the messages for an unknown name list the table's names.
- * 3. The recipes name real files: every `src/...`, `tests/...` or `docs/...` path written in
+ * 3. A solver written only here (a row FpSolverOps, "plain": max_iter undamped steps) solves a
+ *    map through fp_solve_ops, as the implicit LMs' solves do, and is the solve of a Fixed-Point
+ *    RNN layer (fp_rnn, whole sequence and token by token): it must give, bit for bit, what the
+ *    table's FixedPointOptimizer gives with its damping and early stop turned off (step 1, decay
+ *    1, threshold 0), which is the same iteration.
+ * 4. The recipes name real files: every `src/...`, `tests/...` or `docs/...` path written in
  *    docs/extending.md exists, so the document cannot drift from the tree unnoticed.
  * Runs from the repository root (tests/run.sh).
  */
@@ -16,7 +21,9 @@
 
 #include "../src/core/check.h"
 #include "../src/data/task_impl.h"
+#include "../src/core/rng.h"
 #include "../src/fixedpoint/fp.h"
+#include "../src/layers/fp_rnn.h"
 #include "../src/layers/mixer.h"
 #include "../src/models/model.h"
 #include "th.h"
@@ -133,6 +140,8 @@ static void test_tables(void) {
     TH_CHECK(fp_solver_parse("loop", FP_USE_SOLVE) == -1 && fp_solver_parse("loop", FP_USE_SEQ) == FP_EVALLOOP &&
                  fp_solver_parse("broyden", FP_USE_SOLVE) == FP_BROYDEN && fp_solver_parse(NULL, FP_USE_SEQ) == -1,
              "solver parse");
+    TH_CHECK(!strcmp(fp_solver_names(FP_USE_FPRNN), "fixed_point_iter | anderson | broyden | fixed_point_optimizer"),
+             "fixed-point RNN solver names: '%s'", fp_solver_names(FP_USE_FPRNN));
     for (int s = 0; s < FP_N_SOLVER; s++) {
         FpOpts o;
         fp_opts_default(&o);
@@ -145,6 +154,113 @@ static void test_tables(void) {
     snprintf(mc.f_solver, sizeof mc.f_solver, "loop");
     snprintf(want, sizeof want, "config key 'f_solver': unknown 'loop' (%s)", fp_solver_names(FP_USE_SOLVE));
     TH_CHECK(cfg_validate(&mc) == IM_EINVAL && !strcmp(err_msg(), want), "f_solver message: '%s'", err_msg());
+    cfg_defaults(&mc);
+    snprintf(mc.model, sizeof mc.model, "fp_rnn");
+    snprintf(mc.fp_solver, sizeof mc.fp_solver, "loop");
+    snprintf(want, sizeof want, "config key 'fp_solver': unknown 'loop' (%s)", fp_solver_names(FP_USE_FPRNN));
+    TH_CHECK(cfg_validate(&mc) == IM_EINVAL && !strcmp(err_msg(), want), "fp_solver message: '%s'", err_msg());
+}
+
+/* ---- a solver row written only here ------------------------------------------------------------ */
+
+/* max_iter undamped steps z <- f(z), no stopping rule: n floats of scratch for f's output */
+static size_t plain_scratch(const FpOpts *o, size_t n, int nb) {
+    (void)o, (void)nb;
+    return n;
+}
+
+static int plain_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    for (int k = 0; k < o->max_iter; k++) {
+        m->f(m->ctx, scratch, z);
+        memcpy(z, scratch, m->n * sizeof(float));
+    }
+    if (st) {
+        st->iters = o->max_iter;
+        st->converged = 0;
+    }
+    return IM_OK;
+}
+
+static const FpSolverOps plain_ops = {plain_scratch, plain_solve};
+
+/* z -> 0.5 z + 1 */
+static void half_f(void *ctx, float *out, const float *z) {
+    const size_t *n = ctx;
+    for (size_t i = 0; i < *n; i++) out[i] = 0.5f * z[i] + 1.0f;
+}
+
+static void test_solver_row(void) {
+    /* a map as the implicit LMs give one: 3 steps from 0 are 1, 1.5, 1.75 (exact in float) */
+    size_t n = 6;
+    float z[6] = {0}, scratch[6];
+    FpMap m = {&n, n, 2, half_f, NULL};
+    FpOpts o;
+    fp_opts_default(&o);
+    o.max_iter = 3;
+    FpStats st = {0};
+    TH_CHECK(fp_solve_ops(&plain_ops, &m, z, &o, &st, scratch) == IM_OK && st.iters == 3, "plain solver on a map");
+    TH_CHECK(z[0] == 1.75f && z[5] == 1.75f, "plain solver: 3 steps give 1.75 (got %g)", z[0]);
+    o.max_iter = 0;
+    TH_CHECK(fp_solve_ops(&plain_ops, &m, z, &o, &st, scratch) == IM_EINVAL, "the shared option checks run first");
+
+    /* the same row as the solve of an FP-RNN layer */
+    FpRnnCfg c;
+    int B = 2, T = 5, D = 4, E = 8;
+    TH_CHECK(fp_rnn_cfg_init(&c, D, 2, 4, 1, 1, 0, 1, 1e-5f, "householder", 1, "silu", -1, "spectral") == IM_OK,
+             "fp_rnn cfg: %s", err_msg());
+    const FpLayerOps *L = &fp_rnn_layer;
+    ParamTable t;
+    ptab_init(&t);
+    fp_layer_add_params(L, &c, &t, "L", 1.0f);
+    float *theta = th_alloc(t.total), *eff = th_alloc(fp_layer_eff_floats(L, &c));
+    ptab_init_values(&t, theta, 3);
+    FpRnnW w;
+    fp_layer_bind(L, &c, &w, &t, theta, "L", eff);
+    fp_layer_post_init(L, &c, &w);
+    fp_layer_refresh(L, &c, &w);
+    Rng r;
+    rng_seed(&r, 9, 1);
+    size_t M = (size_t)B * T;
+    float *u = th_alloc(M * D), *h1 = th_alloc(M * E), *h2 = th_alloc(M * E);
+    float *scr = th_alloc(fp_layer_scratch_floats(L, &c, B, T));
+    th_fill_normal(u, M * D, &r, 1.0f);
+    fp_opts_default(&o);
+    o.max_iter = 7;
+    FpSolveCtx mine = {.ops = &plain_ops, .o = o, .scratch = th_alloc(M * E)};
+    FpSolve solve = fp_solve_call(&mine);
+    TH_CHECK(fp_layer_solve(L, &c, &w, h1, u, &solve, scr, B, T) == IM_OK, "fp_rnn with the plain solver: %s",
+             err_msg());
+    TH_CHECK(mine.tally.solves == 1 && mine.tally.iters == 7, "the layer ran the row given (%d solves, %d iterations)",
+             mine.tally.solves, mine.tally.iters);
+    FpOpts fo = o;
+    fo.solver = FP_OPTIMIZER;
+    fo.step0 = 1.0f;
+    fo.decay = 1.0f;
+    fo.tol = 1e-30;
+    fo.quantile = 1.0;
+    FpSolveCtx table = {.o = fo, .scratch = th_alloc(fp_scratch_floats(&fo, M * E, B))};
+    FpSolve tsolve = fp_solve_call(&table);
+    TH_CHECK(fp_layer_solve(L, &c, &w, h2, u, &tsolve, scr, B, T) == IM_OK && table.tally.iters == 7,
+             "fp_rnn with the table's row: %s", err_msg());
+    TH_CHECK(!memcmp(h1, h2, M * E * sizeof(float)), "plain row == FixedPointOptimizer without damping (whole sequence)");
+    /* token by token: each token's solve runs the row too */
+    float *st1 = th_alloc(fp_layer_state_floats(L, &c, B)), *st2 = th_alloc(fp_layer_state_floats(L, &c, B));
+    float *ss = th_alloc(fp_layer_step_scratch_floats(L, &c, B)), o1[8], o2[8];
+    int same = 1;
+    mine.tally = (FpTally){0};
+    for (int k = 0; k < T; k++) {
+        float ut[8];
+        for (int b = 0; b < B; b++) memcpy(ut + b * D, u + ((size_t)b * T + k) * D, (size_t)D * sizeof(float));
+        TH_CHECK(fp_layer_step(L, &c, &w, o1, ut, st1, &solve, ss, B) == IM_OK, "step, plain row");
+        TH_CHECK(fp_layer_step(L, &c, &w, o2, ut, st2, &tsolve, ss, B) == IM_OK, "step, table row");
+        same &= !memcmp(o1, o2, sizeof o1);
+    }
+    TH_CHECK(same && mine.tally.solves == T, "plain row == FixedPointOptimizer without damping (token by token, %d solves)",
+             mine.tally.solves);
+    fp_layer_unbind(L, &w);
+    ptab_free(&t);
+    free(theta); free(eff); free(u); free(h1); free(h2); free(scr); free(mine.scratch); free(table.scratch);
+    free(st1); free(st2); free(ss);
 }
 
 /* ---- the recipes name real files ----------------------------------------------------------------- */
@@ -183,6 +299,7 @@ int main(void) {
     th_name = "test_extending";
     test_task_row();
     test_tables();
+    test_solver_row();
     test_recipe_paths();
     return th_done();
 }

@@ -1,5 +1,5 @@
 /* test_fp_rnn.c: the FPMamba2 layer (src/layers/fp_mamba2.h, spec fp-rnn §3.2) and the vector
- * FP-RNN layer (src/layers/fp_rnn.h, §3.3), and their LMs "fp_mamba2" / "fp_rnn" (lm_fp2.c).
+ * FP-RNN layer (src/layers/fp_rnn.h, §3.3), and their LMs "fp_mamba2" / "fp_rnn" (lm_fp.c).
  *
  *  - the one-step gradient (Y* / h* held constant, n_backwards 1 and 2, and 3) by finite
  *    differences and the directional test, over concat / symmetric / input-only mixer inputs,
@@ -42,8 +42,8 @@ typedef struct {
 } Opt;
 
 static void refresh(Case *k) {
-    if (k->rnn) fp_rnn_refresh(&k->cr, &k->wr);
-    else fp_mamba2_refresh(&k->c2, &k->w2);
+    if (k->rnn) fp_layer_refresh(&fp_rnn_layer, &k->cr, &k->wr);
+    else fp_layer_refresh(&fp_mamba2_layer, &k->c2, &k->w2);
 }
 
 static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
@@ -56,54 +56,54 @@ static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
     CHECK(rc == IM_OK, "cfg: %s", err_msg());
     FptCase *b = &k->b;
     ptab_init(&b->t);
-    if (rnn) fp_rnn_add_params(&k->cr, &b->t, "L", 1.0f);
-    else fp_mamba2_add_params(&k->c2, &b->t, "L", 1.0f);
-    fpt_case_params(b, rnn ? fp_rnn_eff_floats(&k->cr) : fp_mamba2_eff_floats(&k->c2), seed);
+    if (rnn) fp_layer_add_params(&fp_rnn_layer, &k->cr, &b->t, "L", 1.0f);
+    else fp_layer_add_params(&fp_mamba2_layer, &k->c2, &b->t, "L", 1.0f);
+    fpt_case_params(b, rnn ? fp_layer_eff_floats(&fp_rnn_layer, &k->cr) : fp_layer_eff_floats(&fp_mamba2_layer, &k->c2), seed);
     if (rnn) {
-        fp_rnn_bind(&k->cr, &k->wr, &b->t, b->theta, "L", b->eff);
-        fp_rnn_bind(&k->cr, &k->dwr, &b->t, b->dtheta, "L", b->deff);
-        fp_rnn_post_init(&k->cr, &k->wr);
+        fp_layer_bind(&fp_rnn_layer, &k->cr, &k->wr, &b->t, b->theta, "L", b->eff);
+        fp_layer_bind(&fp_rnn_layer, &k->cr, &k->dwr, &b->t, b->dtheta, "L", b->deff);
+        fp_layer_post_init(&fp_rnn_layer, &k->cr, &k->wr);
     } else {
-        fp_mamba2_bind(&k->c2, &k->w2, &b->t, b->theta, "L", b->eff);
-        fp_mamba2_bind(&k->c2, &k->dw2, &b->t, b->dtheta, "L", b->deff);
-        fp_mamba2_post_init(&k->c2, &k->w2);
+        fp_layer_bind(&fp_mamba2_layer, &k->c2, &k->w2, &b->t, b->theta, "L", b->eff);
+        fp_layer_bind(&fp_mamba2_layer, &k->c2, &k->dw2, &b->t, b->dtheta, "L", b->deff);
+        fp_layer_post_init(&fp_mamba2_layer, &k->c2, &k->w2);
     }
-    fpt_case_inputs(b, B, T, DM, 2 * DM, rnn ? fp_rnn_cache_floats(&k->cr, B, T) : fp_mamba2_cache_floats(&k->c2, B, T),
-                    rnn ? fp_rnn_scratch_floats(&k->cr, B, T) : fp_mamba2_scratch_floats(&k->c2, B, T), seed);
+    fpt_case_inputs(b, B, T, DM, 2 * DM, rnn ? fp_layer_cache_floats(&fp_rnn_layer, &k->cr, B, T) : fp_layer_cache_floats(&fp_mamba2_layer, &k->c2, B, T),
+                    rnn ? fp_layer_scratch_floats(&fp_rnn_layer, &k->cr, B, T) : fp_layer_scratch_floats(&fp_mamba2_layer, &k->c2, B, T), seed);
     refresh(k);
 }
 
 static void case_free(Case *k) {
     if (k->rnn) {
-        fp_rnn_unbind(&k->wr);
-        fp_rnn_unbind(&k->dwr);
+        fp_layer_unbind(&fp_rnn_layer, &k->wr);
+        fp_layer_unbind(&fp_rnn_layer, &k->dwr);
     } else {
-        fp_mamba2_unbind(&k->w2);
-        fp_mamba2_unbind(&k->dw2);
+        fp_layer_unbind(&fp_mamba2_layer, &k->w2);
+        fp_layer_unbind(&fp_mamba2_layer, &k->dw2);
     }
     fpt_case_free(&k->b);
 }
 
 static int fwd_at(Case *k, float *out, float *cache) {
     FptCase *b = &k->b;
-    return k->rnn ? fp_rnn_fwd_at(&k->cr, &k->wr, out, b->u, b->ystar, cache, b->scratch, b->B, b->T)
-                  : fp_mamba2_fwd_at(&k->c2, &k->w2, out, b->u, b->ystar, cache, b->scratch, b->B, b->T);
+    return k->rnn ? fp_layer_fwd_at(&fp_rnn_layer, &k->cr, &k->wr, out, b->u, b->ystar, cache, b->scratch, b->B, b->T)
+                  : fp_layer_fwd_at(&fp_mamba2_layer, &k->c2, &k->w2, out, b->u, b->ystar, cache, b->scratch, b->B, b->T);
 }
 
-static int fwd(Case *k, float *out, const FpoOpts *o, FpMambaStats *st, float *cache) {
+static int fwd(Case *k, float *out, const FpSolve *sv, float *cache) {
     FptCase *b = &k->b;
-    return k->rnn ? fp_rnn_fwd(&k->cr, &k->wr, out, b->u, o, st, cache, b->scratch, b->B, b->T)
-                  : fp_mamba2_fwd(&k->c2, &k->w2, out, b->u, o, st, cache, b->scratch, b->B, b->T);
+    return k->rnn ? fp_layer_fwd(&fp_rnn_layer, &k->cr, &k->wr, out, b->u, sv, cache, b->scratch, b->B, b->T)
+                  : fp_layer_fwd(&fp_mamba2_layer, &k->c2, &k->w2, out, b->u, sv, cache, b->scratch, b->B, b->T);
 }
 
 static void bwd(Case *k) {
     FptCase *b = &k->b;
     if (k->rnn) {
-        fp_rnn_bwd(&k->cr, &k->wr, &k->dwr, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
-        fp_rnn_wn_bwd(&k->cr, &k->wr, &k->dwr);
+        fp_layer_bwd(&fp_rnn_layer, &k->cr, &k->wr, &k->dwr, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
+        fp_layer_wn_bwd(&fp_rnn_layer, &k->cr, &k->wr, &k->dwr);
     } else {
-        fp_mamba2_bwd(&k->c2, &k->w2, &k->dw2, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
-        fp_mamba2_wn_bwd(&k->c2, &k->w2, &k->dw2);
+        fp_layer_bwd(&fp_mamba2_layer, &k->c2, &k->w2, &k->dw2, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
+        fp_layer_wn_bwd(&fp_mamba2_layer, &k->c2, &k->w2, &k->dw2);
     }
 }
 
@@ -129,16 +129,15 @@ static void test_grad(const char *name, int rnn, Opt o, float h) {
     case_free(&k);
 }
 
-static FpoOpts tight_opts(int rnn) {
-    FpoOpts o;
-    fpo_opts_default(&o);
+static FpOpts tight_opts(int rnn) {
+    FpOpts o = fpt_fpo_opts();
     if (rnn) { /* the reference's FPRNN constants: no damping */
         o.step0 = 1.0f;
         o.decay = 1.0f;
     }
     o.quantile = 1.0;
-    o.cap = 1000;
-    o.thr = 1e-5;
+    o.max_iter = 1000;
+    o.tol = 1e-5;
     return o;
 }
 
@@ -199,12 +198,14 @@ static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias,
     fpt_set_by_name(&k.b, "proj_alpha", "weight_g", 0.0f);
     fpt_set_by_name(&k.b, "proj_alpha", "bias", alpha_bias);
     refresh(&k);
-    FpoOpts opts = tight_opts(1);
-    FpMambaStats st;
+    FpOpts opts = tight_opts(1);
+    FpSolveCtx st;
+    FpSolve sv = fpt_solve(&st, &opts, (size_t)B * T * E, B);
     float *hstar = th_alloc((size_t)B * T * E);
     const float *u = k.b.u;
-    TH_CHECK(fp_rnn_solve(&k.cr, &k.wr, hstar, u, &opts, &st, k.b.scratch, B, T) == IM_OK, "solve");
-    TH_CHECK(st.converged, "%s: FPRNN solve converged (%d iterations, residual %g)", mixer, st.iters, st.best_max);
+    TH_CHECK(fp_layer_solve(&fp_rnn_layer, &k.cr, &k.wr, hstar, u, &sv, k.b.scratch, B, T) == IM_OK, "solve");
+    TH_CHECK(st.tally.converged, "%s: FPRNN solve converged (%d iterations, residual %g)", mixer, st.tally.iters,
+             st.tally.best_max);
     /* the prepare part, independently and in double */
     size_t ME = (size_t)B * T * E;
     double *xpre = calloc(ME, sizeof(double)), *xb = calloc(ME, sizeof(double)), *xl = calloc(ME, sizeof(double)),
@@ -265,9 +266,9 @@ static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias,
     snprintf(nm, sizeof nm, "%s r%d: FPRNN fixed point == dense recurrence", mixer, rank);
     TH_CLOSE(hstar, ref, ME, tol, nm);
     if (getenv("TH_VERBOSE"))
-        printf("  %s: %d iterations, err %.3g, |Q-I| %.3g\n", mixer, st.iters, th_rel_err(hstar, ref, ME), qdev);
+        printf("  %s: %d iterations, err %.3g, |Q-I| %.3g\n", mixer, st.tally.iters, th_rel_err(hstar, ref, ME), qdev);
     free(xpre); free(xb); free(xl); free(xm); free(x); free(A); free(r); free(h); free(lam); free(bx); free(qb);
-    free(pf); free(Q); free(ref); free(hstar);
+    free(pf); free(Q); free(ref); free(hstar); free(st.scratch);
     case_free(&k);
 }
 
@@ -281,20 +282,20 @@ static void test_sequential(int rnn, Opt op) {
     fpt_set_by_name(&k.b, "proj_alpha", "bias", -2.0f);
     fpt_set_by_name(&k.b, "proj_d", "bias", -2.0f);
     refresh(&k);
-    FpoOpts o = tight_opts(rnn);
-    FpMambaStats st;
-    TH_CHECK(fwd(&k, k.b.out, &o, &st, NULL) == IM_OK, "fwd");
-    TH_CHECK(st.converged, "%s: parallel solve converged (%d iterations, residual %g)", op.mixer, st.iters,
-             st.best_max);
-    size_t nst = rnn ? fp_rnn_state_floats(&k.cr, B) : fp_mamba2_state_floats(&k.c2, B);
-    size_t nss = rnn ? fp_rnn_step_scratch_floats(&k.cr, B) : fp_mamba2_step_scratch_floats(&k.c2, B);
+    FpOpts o = tight_opts(rnn);
+    FpSolveCtx st, sst;
+    FpSolve sv = fpt_solve(&st, &o, (size_t)B * T * k.b.E, B), ssv = fpt_solve(&sst, &o, (size_t)B * k.b.E, B);
+    TH_CHECK(fwd(&k, k.b.out, &sv, NULL) == IM_OK, "fwd");
+    TH_CHECK(st.tally.converged, "%s: parallel solve converged (%d iterations, residual %g)", op.mixer,
+             st.tally.iters, st.tally.best_max);
+    size_t nst = rnn ? fp_layer_state_floats(&fp_rnn_layer, &k.cr, B) : fp_layer_state_floats(&fp_mamba2_layer, &k.c2, B);
+    size_t nss = rnn ? fp_layer_step_scratch_floats(&fp_rnn_layer, &k.cr, B) : fp_layer_step_scratch_floats(&fp_mamba2_layer, &k.c2, B);
     float *state = th_alloc(nst), *ss = th_alloc(nss);
     float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
-    FpMambaStats sst = {0};
     for (int t = 0; t < T; t++) {
         fpt_get_token(ut, k.b.u, B, T, t, DM);
-        int rc = rnn ? fp_rnn_step(&k.cr, &k.wr, ot, ut, state, &o, &sst, ss, B)
-                     : fp_mamba2_step(&k.c2, &k.w2, ot, ut, state, &o, &sst, ss, B);
+        int rc = rnn ? fp_layer_step(&fp_rnn_layer, &k.cr, &k.wr, ot, ut, state, &ssv, ss, B)
+                     : fp_layer_step(&fp_mamba2_layer, &k.c2, &k.w2, ot, ut, state, &ssv, ss, B);
         TH_CHECK(rc == IM_OK, "step");
         fpt_put_token(seq, ot, B, T, t, DM);
     }
@@ -302,8 +303,9 @@ static void test_sequential(int rnn, Opt op) {
     snprintf(nm, sizeof nm, "%s %s conv %d glu %d: sequential == parallel", rnn ? "fp_rnn" : "fp_mamba2", op.mixer,
              op.conv, op.glu);
     TH_CLOSE(seq, k.b.out, (size_t)B * T * DM, 1e-3, nm);
-    TH_CHECK(sst.tokens == T && sst.iters >= T, "per-token iterations counted (%d over %d)", sst.iters, sst.tokens);
-    free(state); free(ss); free(ut); free(ot); free(seq);
+    TH_CHECK(sst.tally.solves == T && sst.tally.iters >= T, "per-token iterations counted (%d over %d)",
+             sst.tally.iters, sst.tally.solves);
+    free(state); free(ss); free(ut); free(ot); free(seq); free(st.scratch); free(sst.scratch);
     case_free(&k);
 }
 
@@ -315,14 +317,16 @@ static void test_threads(int rnn, Opt op) {
     case_init(&k, rnn, op, B, T, 31);
     FptCase *b = &k.b;
     float *o1 = th_alloc((size_t)B * T * DM), *d1 = th_alloc(b->t.total);
-    FpoOpts o = tight_opts(rnn);
-    o.cap = 20;
+    FpOpts o = tight_opts(rnn);
+    o.max_iter = 20;
+    FpSolveCtx st;
+    FpSolve sv = fpt_solve(&st, &o, (size_t)B * T * b->E, B);
     int threads = k_get_threads(), t0 = th_thread_base();
     for (int run = 0; run < 2; run++) {
         th_bitid_threads(t0 + run);
         memset(b->dtheta, 0, b->t.total * sizeof(float));
         memset(b->deff, 0, b->neff * sizeof(float));
-        TH_CHECK(fwd(&k, run ? b->out : o1, &o, NULL, b->cache) == IM_OK, "fwd");
+        TH_CHECK(fwd(&k, run ? b->out : o1, &sv, b->cache) == IM_OK, "fwd");
         bwd(&k);
         if (!run) memcpy(d1, b->dtheta, b->t.total * sizeof(float));
     }
@@ -331,7 +335,7 @@ static void test_threads(int rnn, Opt op) {
              rnn ? "fp_rnn" : "fp_mamba2", t0, t0 + 1);
     TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "%s: gradients bit-identical at %d and %d threads",
              rnn ? "fp_rnn" : "fp_mamba2", t0, t0 + 1);
-    free(o1); free(d1);
+    free(o1); free(d1); free(st.scratch);
     case_free(&k);
 }
 
@@ -381,6 +385,35 @@ static void test_model(const char *name) {
     free(par);
 }
 
+/* The LM with another row of the solver table (fp_solver): its fixed point, reached by another
+ * iteration, gives the logits of the default solver's, in parallel and token by token. */
+static void test_model_solver(const char *name, const char *solver) {
+    const char *kv[] = {"model", name, "vocab_size", "7", "d_model", "8", "n_layer", "2", "d_state", "4",
+                        "headdim", "4", "fp_threshold", "1e-6", "fp_eval_cap", "3000", "mixer_type", "householder",
+                        "short_conv", "1", "fp_solver", solver, NULL};
+    const char *kv0[sizeof kv / sizeof kv[0]];
+    memcpy(kv0, kv, sizeof kv);
+    kv0[20] = NULL; /* the same without fp_solver: the FixedPointOptimizer */
+    Model m, m0;
+    TH_CHECK(fpt_make_model(&m, kv) == IM_OK && fpt_make_model(&m0, kv0) == IM_OK, "%s create: %s", name, err_msg());
+    model_init_params(&m, 5);
+    model_init_params(&m0, 5);
+    fpt_model_contractive(&m);
+    fpt_model_contractive(&m0);
+    size_t n = (size_t)FPT_B * FPT_T * m.V;
+    float *par = th_alloc(n), *par0 = th_alloc(n);
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s with %s", name, solver);
+    fpt_model_seq_vs_par(&m, nm, par);
+    fpt_model_seq_vs_par(&m0, name, par0);
+    snprintf(nm, sizeof nm, "%s: %s logits == fixed_point_optimizer logits", name, solver);
+    TH_CLOSE(par, par0, n, 1e-3, nm);
+    model_free(&m);
+    model_free(&m0);
+    free(par);
+    free(par0);
+}
+
 static void test_config_errors(void) {
     Model m;
     const char *kv1[] = {"model", "fp_rnn", "vocab_size", "7", "d_model", "8", "short_conv", "0", NULL};
@@ -426,6 +459,8 @@ int main(void) {
     test_threads(1, (Opt){"householder", 2, 1, 0, 1, 0, 2, NULL});
     test_model("fp_mamba2");
     test_model("fp_rnn");
+    test_model_solver("fp_rnn", "anderson");
+    test_model_solver("fp_mamba2", "broyden");
     test_config_errors();
     return th_done();
 }

@@ -31,6 +31,12 @@ void fp_opts_default(FpOpts *o) {
     o->anderson_beta = 1.0;
     o->ema_alpha = 0.0;
     o->broyden_m = 8;
+    o->step0 = 0.99f;
+    o->decay = 0.9f;
+    o->patience = 15;
+    o->quantile = 0.75;
+    o->step_min = 1e-3;
+    o->res_eps = 1e-8;
 }
 
 /* ---- Picard: torchdeq fixed_point_iter ------------------------------------------------------ */
@@ -145,6 +151,7 @@ static int evalloop(const FpMap *m, float *z, const FpOpts *o, FpStats *st, floa
         st->abs_res = sqrt(num_all);
         st->rel_res = r;
         st->best_step = count + 1;
+        st->best_max = r;
         if (st->sample_step)
             for (int b = 0; b < nb; b++)
                 if (st->sample_step[b] == 0) st->sample_step[b] = count + 1;
@@ -158,16 +165,12 @@ static size_t picard_scratch(const FpOpts *o, size_t n, int nb) { (void)o; retur
 static size_t evalloop_scratch(const FpOpts *o, size_t n, int nb) { (void)nb; return o->ema_alpha > 0 ? 2 * n : n; }
 
 /* Adding a solver: its FP_SOLVER_LIST entry (fp.h), its file with the two functions, its row here. */
-typedef struct {
-    size_t (*scratch)(const FpOpts *o, size_t n, int nb);      /* floats of scratch (fp_scratch_floats) */
-    int (*solve)(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch); /* fp_solve */
-} SolverOps;
-
-static const SolverOps SOLVERS[] = {
+static const FpSolverOps SOLVERS[] = {
     [FP_PICARD] = {picard_scratch, picard},
     [FP_EVALLOOP] = {evalloop_scratch, evalloop},
     [FP_ANDERSON] = {fp_anderson_scratch, fp_anderson},
     [FP_BROYDEN] = {fp_broyden_scratch, fp_broyden},
+    [FP_OPTIMIZER] = {fp_optimizer_scratch, fp_optimizer},
 };
 #define FP_SOLVER_NAME(id, nm, u) [id] = {nm, u},
 static const struct {
@@ -178,14 +181,16 @@ static const struct {
 _Static_assert(sizeof SOLVERS / sizeof SOLVERS[0] == FP_N_SOLVER, "one row per FpSolver");
 _Static_assert(sizeof NAMES / sizeof NAMES[0] == FP_N_SOLVER, "one name per FpSolver");
 
-static const SolverOps *row(FpSolver s) {
+static const FpSolverOps *row(FpSolver s) {
     CHECK((int)s >= 0 && s < FP_N_SOLVER && SOLVERS[s].solve, "unknown solver %d", (int)s);
     return &SOLVERS[s];
 }
 
+const FpSolverOps *fp_solver_ops(FpSolver s) { return row(s); }
+
 const char *fp_solver_names(int use) {
-    static char buf[4][96];
-    char *b = buf[use & 3];
+    static char buf[8][128];
+    char *b = buf[use & 7];
     if (!b[0])
         for (int i = 0, at = 0; i < FP_N_SOLVER; i++)
             if (NAMES[i].use & use) at += snprintf(b + at, sizeof buf[0] - (size_t)at, "%s%s", at ? " | " : "", NAMES[i].name);
@@ -234,15 +239,36 @@ static int check_opts(const FpOpts *o) {
     return IM_OK;
 }
 
-int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+int fp_solve_ops(const FpSolverOps *ops, const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
     /* shapes and NULLs are programmer errors; options may come from a user's config */
     check_map(m);
-    CHECK(z && o && scratch, "fp_solve: NULL z, options or scratch");
+    CHECK(ops && ops->solve && z && o && scratch, "fp_solve: NULL solver row, z, options or scratch");
     int rc = check_opts(o);
     if (rc) return rc;
-    if ((int)o->solver < 0 || o->solver >= FP_N_SOLVER) return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);
-    return row(o->solver)->solve(m, z, o, st, scratch);
+    if (st) st->best_max = 0;
+    return ops->solve(m, z, o, st, scratch);
 }
+
+int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    CHECK(o, "fp_solve: NULL options");
+    if ((int)o->solver < 0 || o->solver >= FP_N_SOLVER) return err_set(IM_EINVAL, "fp_solve: unknown solver %d", (int)o->solver);
+    return fp_solve_ops(row(o->solver), m, z, o, st, scratch);
+}
+
+static int solve_call(void *ctx, const FpMap *m, size_t tok, float *z) {
+    FpSolveCtx *s = ctx;
+    FpStats st = {0};
+    s->o.tok = tok;
+    int rc = fp_solve_ops(s->ops ? s->ops : fp_solver_ops(s->o.solver), m, z, &s->o, &st, s->scratch);
+    if (rc) return rc;
+    s->tally.iters += st.iters;
+    s->tally.solves += 1;
+    s->tally.converged = st.converged;
+    if (st.best_max > s->tally.best_max) s->tally.best_max = st.best_max;
+    return IM_OK;
+}
+
+FpSolve fp_solve_call(FpSolveCtx *s) { return (FpSolve){solve_call, s}; }
 
 /* The adjoint map h(y) = g + y·J, built on the model's vjp_z. */
 typedef struct {

@@ -39,6 +39,11 @@
  *               cache commits in sequential mode). Requires max_iter >= 2 (IM_EINVAL otherwise).
  *               Float arithmetic, exactly (tests replay it bitwise): z = (1−τ)·z + τ·zn and, with
  *               a = (float)ema_alpha, m = (1−a)·m + a·zn; norms are accumulated in double.
+ *   FP_OPTIMIZER the Fixed-Point RNNs' FixedPointOptimizer (fpo.h, spec fp-rnn §1.4): per-token
+ *               relative ∞-norm residuals (tokens of `tok` floats), per-sample damped steps from
+ *               step0 that decay on lack of progress, stop when the `quantile` of the samples'
+ *               best residuals is below tol (or every step fell below step_min, or max_iter);
+ *               returns the damped iterate (not the best one).
  *
  * Every residual is accumulated in double; the iterates stay float. Options that come from a
  * config (max_iter, tol, tau, ema_alpha, lambda) are checked at solve time and give IM_EINVAL;
@@ -49,27 +54,21 @@
 
 #include <stddef.h>
 
-typedef struct {
-    void *ctx;
-    size_t n;      /* floats in z */
-    int nb;        /* samples; n % nb == 0; per-sample residuals are over n/nb floats */
-    /* z_out = f(z); gradient-free (no cache). z_out never aliases z. */
-    void (*f)(void *ctx, float *z_out, const float *z);
-    /* dz += g · ∂f/∂z, the vector-Jacobian product at the point the map was linearised at (the
-     * model does a cached forward at z* before the adjoint solve). NULL if the map has none. */
-    void (*vjp_z)(void *ctx, float *dz, const float *g);
-} FpMap;
+#include "../core/fpmap.h" /* FpMap, FpSolve */
+
 
 /* The solvers, listed once: id, config name, and where a config may choose it: FP_USE_SOLVE for the
- * whole-sequence solves (model keys f_solver, b_solver), FP_USE_SEQ for the per-token solve of the
- * sequential mode (seq_solver). Each has a row (scratch size, solve) in fp.c's SOLVERS; the key
- * names, their help and their messages come from this list (docs/extending.md). */
-enum { FP_USE_SOLVE = 1, FP_USE_SEQ = 2 };
+ * implicit LMs' whole-sequence solves (model keys f_solver, b_solver), FP_USE_SEQ for their
+ * per-token solve of the sequential mode (seq_solver), FP_USE_FPRNN for the Fixed-Point RNN
+ * layers (fp_solver). Each has a row (scratch size, solve) in fp.c's SOLVERS; the key names, their
+ * help and their messages come from this list (docs/extending.md). */
+enum { FP_USE_SOLVE = 1, FP_USE_SEQ = 2, FP_USE_FPRNN = 4 };
 #define FP_SOLVER_LIST(X)                                                                          \
-    X(FP_PICARD, "fixed_point_iter", FP_USE_SOLVE)                                                 \
+    X(FP_PICARD, "fixed_point_iter", FP_USE_SOLVE | FP_USE_FPRNN)                                  \
     X(FP_EVALLOOP, "loop", FP_USE_SEQ)                                                             \
-    X(FP_ANDERSON, "anderson", FP_USE_SOLVE | FP_USE_SEQ)                                          \
-    X(FP_BROYDEN, "broyden", FP_USE_SOLVE | FP_USE_SEQ)
+    X(FP_ANDERSON, "anderson", FP_USE_SOLVE | FP_USE_SEQ | FP_USE_FPRNN)                           \
+    X(FP_BROYDEN, "broyden", FP_USE_SOLVE | FP_USE_SEQ | FP_USE_FPRNN)                             \
+    X(FP_OPTIMIZER, "fixed_point_optimizer", FP_USE_FPRNN)
 #define FP_SOLVER_ID(id, name, use) id,
 typedef enum { FP_SOLVER_LIST(FP_SOLVER_ID) FP_N_SOLVER } FpSolver;
 #undef FP_SOLVER_ID
@@ -91,6 +90,14 @@ typedef struct {
     double anderson_beta;   /* mixing (1.0) */
     double ema_alpha;    /* FP_EVALLOOP only: 0 = off */
     int broyden_m;       /* FP_BROYDEN: rank-one updates kept (8), 1 … FP_BROYDEN_MAX_M */
+    /* FP_OPTIMIZER only (fpo.h's FpoOpts; its threshold is tol, its cap max_iter) */
+    float step0;         /* initial damping step (0.99) */
+    float decay;         /* step decay on lack of progress (0.9; 1 = never) */
+    int patience;        /* evaluations without a new best before decaying (15) */
+    double quantile;     /* batch quantile of the best residuals that must be below tol (0.75) */
+    double step_min;     /* stop once every sample's step fell below this (1e-3) */
+    double res_eps;      /* residual denominator guard (1e-8) */
+    size_t tok;          /* floats per token of a sample (0: the whole sample is one token) */
 } FpOpts;
 
 /* Per-solve statistics. Per-sample arrays are owned by the caller (may be NULL).
@@ -98,13 +105,17 @@ typedef struct {
  * and the per-sample arrays follow the stop mode. EVALLOOP: abs_res = ‖zn−z‖ (‖m'−m‖ with EMA) and
  * rel_res = r of the last iteration (whole batch), best_step = iters; sample_res[b] = that
  * iteration's ratio computed over sample b alone, sample_step[b] = the first iteration at which
- * sample b's own ratio was below tol (iters if never): per-sample diagnostics of a global loop. */
+ * sample b's own ratio was below tol (iters if never): per-sample diagnostics of a global loop.
+ * OPTIMIZER: rel_res = the quantile of the samples' best residuals, abs_res 0, best_step = iters,
+ * sample_res = each sample's best residual, sample_step = the evaluation at which it first fell
+ * below tol (iters + 1 if never). */
 typedef struct {
     int iters;           /* f evaluations done */
     int converged;       /* every sample (PICARD/ANDERSON) or the global ratio (EVALLOOP) below tol */
     double abs_res;      /* mean over samples of the lowest absolute residual (EVALLOOP: last global) */
     double rel_res;      /* same, relative */
     double best_step;    /* mean over samples of the step index that gave the lowest residual */
+    double best_max;     /* the worst sample's lowest residual in the stop mode (EVALLOOP: rel_res) */
     float *sample_res;   /* (nb) lowest residual of each sample in the stop mode | NULL */
     int *sample_step;    /* (nb) step of that residual | NULL */
 } FpStats;
@@ -114,11 +125,13 @@ const char *fp_solver_names(int use);
 /* The solver called `name` if it has `use`, else -1. */
 int fp_solver_parse(const char *name, int use);
 
-void fp_opts_default(FpOpts *o);   /* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4, broyden_m 8 */
+/* Picard, 40 iters, tol 1e-3, abs, tau 1, m 6, lambda 1e-4, broyden_m 8; the FixedPointOptimizer's
+ * own fields as fpo_opts_default. */
+void fp_opts_default(FpOpts *o);
 
 /* Floats of scratch fp_solve / fp_adjoint need for a map of n floats and nb samples:
  * PICARD 2n + 6nb + 2, ANDERSON 2·m·n + 6nb + 2, BROYDEN (2·broyden_m + 5)·n + 6nb + 2,
- * EVALLOOP n (2n with EMA). Never depends on
+ * EVALLOOP n (2n with EMA), OPTIMIZER n + 8nb + 4. Never depends on
  * max_iter. Give malloc'd or arena memory: the solvers keep a few doubles in it. */
 size_t fp_scratch_floats(const FpOpts *o, size_t n, int nb);
 
@@ -134,6 +147,37 @@ int fp_solve(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scra
  * PICARD, ANDERSON or BROYDEN (EVALLOOP gives IM_EINVAL). Same scratch and status codes as fp_solve.
  * Anderson here meets loss gradients, which are often tiny: see the note on lambda above. */
 int fp_adjoint(const FpMap *m, float *y, const float *g, const FpOpts *o, FpStats *st, float *scratch);
+
+/* A solver's row: what fp_scratch_floats and fp_solve look up in fp.c's SOLVERS for a listed
+ * solver. A row outside the table (a test's) runs through fp_solve_ops with the same checks. */
+typedef struct {
+    size_t (*scratch)(const FpOpts *o, size_t n, int nb);
+    int (*solve)(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+} FpSolverOps;
+
+/* The table's row of solver s. */
+const FpSolverOps *fp_solver_ops(FpSolver s);
+/* fp_solve with the row ops instead of o->solver's. */
+int fp_solve_ops(const FpSolverOps *ops, const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+
+/* What the solves of one FpSolve added up to. */
+typedef struct {
+    int iters;        /* f evaluations, summed over the solves */
+    int solves;       /* solves run (per-token solves: tokens) */
+    int converged;    /* the last solve's */
+    double best_max;  /* the worst of the solves' best_max */
+} FpTally;
+
+/* An FpSolve (core/fpmap.h) for a caller that owns the solver: fp_solve_ops with ops (NULL: the
+ * table's row of o.solver), o (its tok set by each call) and scratch (fp_scratch_floats of the
+ * largest map it will see), adding each successful solve to tally (the caller zeroes it). */
+typedef struct {
+    const FpSolverOps *ops;
+    FpOpts o;
+    float *scratch;
+    FpTally tally;
+} FpSolveCtx;
+FpSolve fp_solve_call(FpSolveCtx *s);
 
 /* Power iteration on J^T via vjp_z: spectral radius estimate after `iters` steps (diagnostic,
  * spec §5.5): ‖Jᵀv‖/‖v‖ at the last step, which converges to |λ_max| when the dominant eigenvalue

@@ -60,4 +60,9 @@ int fp_broyden(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *sc
 /* Its scratch: (2·broyden_m + 5)·n + fp_track_floats(nb) (CHECKs broyden_m). */
 size_t fp_broyden_scratch(const FpOpts *o, size_t n, int nb);
 
+/* The FixedPointOptimizer as a row (fpo.c): fpo_solve with its options taken from o (threshold
+ * tol, cap max_iter) and tokens of o->tok floats (0: the whole sample). */
+int fp_optimizer(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch);
+size_t fp_optimizer_scratch(const FpOpts *o, size_t n, int nb);
+
 #endif

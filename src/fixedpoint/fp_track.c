@@ -112,8 +112,9 @@ void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
     const double *low = t->stop == FP_STOP_REL ? t->low_rel : t->low_abs;
     const float *step = t->stop == FP_STOP_REL ? t->step_rel : t->step_abs;
     /* the logged means (spec §3.1): abs diff, rel diff, steps = mean argmin step, not iterations */
-    double sa = 0.0, sr = 0.0, ss = 0.0;
+    double sa = 0.0, sr = 0.0, ss = 0.0, worst = 0.0;
     for (int b = 0; b < t->nb; b++) {
+        if (low[b] > worst) worst = low[b];
         sa += t->low_abs[b];
         sr += t->low_rel[b];
         ss += step[b];
@@ -125,4 +126,5 @@ void fp_track_stats(const FpTrack *t, FpStats *st, int iters, int converged) {
     st->abs_res = sa / t->nb;
     st->rel_res = sr / t->nb;
     st->best_step = ss / t->nb;
+    st->best_max = worst;
 }

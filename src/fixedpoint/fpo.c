@@ -144,3 +144,30 @@ int fpo_solve(const FpMap *m, size_t tok, float *y, const FpoOpts *o, FpoStats *
     }
     return IM_OK;
 }
+
+/* ---- the row of the solver table (fp.h's FP_OPTIMIZER) ---------------------------------------- */
+
+size_t fp_optimizer_scratch(const FpOpts *o, size_t n, int nb) {
+    (void)o;
+    return fpo_scratch_floats(n, nb);
+}
+
+int fp_optimizer(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float *scratch) {
+    FpoOpts fo = {.step0 = o->step0, .decay = o->decay, .patience = o->patience, .thr = o->tol,
+                  .quantile = o->quantile, .cap = o->max_iter, .step_min = o->step_min, .eps = o->res_eps};
+    FpoStats fs = {0};
+    if (st) {
+        fs.sample_best = st->sample_res;
+        fs.sample_conv = st->sample_step;
+    }
+    int rc = fpo_solve(m, o->tok ? o->tok : m->n / (size_t)m->nb, z, &fo, &fs, scratch);
+    if (st) {
+        st->iters = fs.iters;
+        st->converged = fs.converged;
+        st->abs_res = 0;
+        st->rel_res = fs.best_q;
+        st->best_step = fs.iters;
+        st->best_max = fs.best_max;
+    }
+    return rc;
+}

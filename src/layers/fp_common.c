@@ -306,24 +306,251 @@ void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const floa
     k_linear_bwd(ds, dWbc ? dWbc + (size_t)N * E : NULL, NULL, dcraw, s, Wbc + (size_t)N * E, M, E, N);
 }
 
+void fpc_gate_out_fwd(float *out, float *zs, float *gy, const float *y, const float *s, const float *z,
+                      const LinearW *zy, const float *Wout, int M, int E, int D) {
+    size_t ME = (size_t)M * E;
+    if (!zy) {
+        k_linear_fwd(out, y, Wout, NULL, M, E, D);
+        return;
+    }
+    k_linear_fwd(zs, s, zy->W, NULL, M, E, E);
+    k_axpby(zs, 1.0f, z, 1.0f, ME);
+    k_swiglu_fwd(gy, zs, y, ME); /* gy = silu(zs) y */
+    k_linear_fwd(out, gy, Wout, NULL, M, E, D);
+}
+
+void fpc_gate_out_bwd(float *dy, float *dz, float *dWout, LinearW *dzy, const float *dout, const float *y,
+                      const float *sy, const float *zs, const float *gy, const LinearW *zy, const float *Wout,
+                      float *dgy, float *dzs, float *dsy, int B, int T, int E, int D) {
+    int M = B * T;
+    size_t ME = (size_t)M * E;
+    memset(dy, 0, ME * sizeof(float));
+    if (!zy) {
+        k_linear_bwd(dy, dWout, NULL, dout, y, Wout, M, E, D);
+        return;
+    }
+    memset(dgy, 0, ME * sizeof(float));
+    k_linear_bwd(dgy, dWout, NULL, dout, gy, Wout, M, E, D);
+    memset(dzs, 0, ME * sizeof(float)); /* dy is zero here too: both accumulate */
+    k_swiglu_bwd(dzs, dy, dgy, zs, y, ME);
+    k_axpby(dz, 1.0f, dzs, 1.0f, ME);
+    memset(dsy, 0, ME * sizeof(float));
+    k_linear_bwd(dsy, dzy ? dzy->W : NULL, NULL, dzs, sy, zy->W, M, E, E);
+    fpc_shift_bwd(dy, dsy, B, T, E);
+}
+
 void fpc_glu_bwd(float *dz, float *dop, const float *opre, const float *z, size_t n) {
     k_swiglu_bwd(dz, NULL, dop, z, opre, n); /* dz += dop opre silu'(z) */
     k_mul_silu(dop, z, n);                   /* then dop <- dop silu(z) */
 }
 
-/* ---- the solve --------------------------------------------------------------------------------- */
+/* ---- the drivers of fp_layer.h ------------------------------------------------------------- */
 
-int fpc_solve(const FpMap *map, int E, float *Y, const FpoOpts *opts, FpMambaStats *st, int per_token, float *solver) {
-    memset(Y, 0, map->n * sizeof(float));
-    FpoStats fs = {0};
-    int rc = fpo_solve(map, (size_t)E, Y, opts, &fs, solver);
-    if (st && per_token) {
-        st->iters += fs.iters;
-        st->tokens += 1;
-        st->converged = fs.converged;
-        if (fs.best_max > st->best_max) st->best_max = fs.best_max;
-    } else if (st) {
-        *st = (FpMambaStats){fs.iters, 0, fs.converged, fs.best_max};
+const char *fp_layer_name(const FpLayerOps *L) { return L->name; }
+size_t fp_layer_w_bytes(const FpLayerOps *L) { return L->w_bytes; }
+
+static FpcParts parts(const FpLayerOps *L, const void *c, const void *w) {
+    FpcParts p = {0};
+    L->parts(c, w, &p);
+    return p;
+}
+
+int fp_layer_width(const FpLayerOps *L, const void *c) { return parts(L, c, NULL).E; }
+
+void fp_layer_add_params(const FpLayerOps *L, const void *c, ParamTable *t, const char *prefix, float out_scale) {
+    L->add_params(c, t, prefix, out_scale);
+}
+
+size_t fp_layer_eff_floats(const FpLayerOps *L, const void *c) {
+    FpcParts p = parts(L, c, NULL);
+    size_t n = mixer_eff_floats(p.mix) + 16;
+    return p.N ? n + fpc_bczy_eff_floats(p.N, p.E, p.has_zy) : n;
+}
+
+void fp_layer_bind(const FpLayerOps *L, const void *c, void *w, const ParamTable *t, float *block,
+                   const char *prefix, float *eff) {
+    memset(w, 0, L->w_bytes);
+    L->bind(c, w, t, block, prefix);
+    FpcParts p = parts(L, c, w);
+    if (p.N) {
+        eff = fpc_bczy_bind(p.bc, p.zy, t, block, prefix, eff, p.N, p.E);
+        CHECK(p.bc->v, "%s tensors of '%s' missing", L->name, prefix);
     }
+    *p.mixer = fpc_mixer_bind(p.mix, t, block, prefix, eff);
+}
+
+void fp_layer_unbind(const FpLayerOps *L, void *w) {
+    FpcParts p = parts(L, NULL, w);
+    free(*p.mixer);
+    *p.mixer = NULL;
+}
+
+void fp_layer_post_init(const FpLayerOps *L, const void *c, void *w) {
+    if (L->post_init) L->post_init(c, w);
+    FpcParts p = parts(L, c, w);
+    if (p.N) fpc_bczy_init(p.bc, p.zy, p.N, p.E);
+    mixer_post_init(p.mix, *p.mixer);
+}
+
+void fp_layer_refresh(const FpLayerOps *L, const void *c, void *w) {
+    FpcParts p = parts(L, c, w);
+    if (p.N) fpc_bczy_refresh(p.bc, p.zy, p.N, p.E);
+    mixer_refresh(p.mix, *p.mixer);
+}
+
+void fp_layer_wn_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw) {
+    FpcParts p = parts(L, c, w), d = parts(L, c, dw);
+    if (p.N) fpc_bczy_wn_bwd(p.bc, d.bc, p.zy, d.zy, p.N, p.E);
+    mixer_wn_bwd(p.mix, *p.mixer, *d.mixer);
+}
+
+size_t fp_layer_cache_floats(const FpLayerOps *L, const void *c, int B, int T) {
+    FpcState st;
+    Carve kc = {0}, ks = {0};
+    L->carve_fwd(c, &st, &kc, &ks, B, T);
+    return fpc_carved(&kc);
+}
+
+size_t fp_layer_scratch_floats(const FpLayerOps *L, const void *c, int B, int T) {
+    FpcState st;
+    Carve ks = {0}, kc = {0}, kb = {0};
+    L->carve_fwd(c, &st, NULL, &ks, B, T); /* the no-cache forward carves the most scratch */
+    L->carve_bwd(c, &st, &kc, &kb, B, T);
+    return fpc_carved(ks.used > kb.used ? &ks : &kb);
+}
+
+/* Carve the forward's memory and run the prepare part; returns the iterate Y. */
+static float *begin_fwd(const FpLayerOps *L, const void *c, const void *w, FpcState *st, const float *u,
+                        float *cache, float *scratch, int B, int T) {
+    Carve ks = fpc_carve(scratch), kc = fpc_carve(cache);
+    float *Y = L->carve_fwd(c, st, cache ? &kc : NULL, &ks, B, T);
+    L->prepare(c, w, st, u, B, T);
+    return Y;
+}
+
+/* The map of a solve: the layer's f through apply(FPC_SOLVE). */
+typedef struct {
+    const FpLayerOps *L;
+    const void *c, *w;
+    FpcState *st;
+    int B, T;
+} SolveCtx;
+
+static void solve_f(void *ctx, float *out, const float *y) {
+    SolveCtx *s = ctx;
+    s->L->apply(s->c, s->w, s->st, FPC_SOLVE, out, y, s->B, s->T);
+}
+
+/* Y ← 0, then the caller's solve of the layer's map. */
+static int solve(const FpLayerOps *L, const void *c, const void *w, FpcState *st, float *Y, const FpSolve *sv,
+                 int B, int T) {
+    if (L->presolve) L->presolve(c, w, st, B, T);
+    int E = parts(L, c, NULL).E;
+    SolveCtx sx = {L, c, w, st, B, T};
+    FpMap map = {.ctx = &sx, .n = (size_t)B * T * E, .nb = B, .f = solve_f};
+    memset(Y, 0, map.n * sizeof(float));
+    return sv->run(sv->ctx, &map, (size_t)E, Y);
+}
+
+/* n_back undamped applications from Y (= Y*), then the output. */
+static int graded_and_output(const FpLayerOps *L, const void *c, const void *w, FpcState *st, float *Y, float *out,
+                             int with_cache, int B, int T) {
+    FpcParts p = parts(L, c, NULL);
+    size_t ME = (size_t)B * T * p.E;
+    const float *y = Y;
+    for (int k = 0; k < p.n_back; k++) {
+        if (with_cache) y = L->apply(c, w, st, k, NULL, y, B, T);
+        else memcpy(Y, L->apply(c, w, st, FPC_NOGRAD, NULL, Y, B, T), ME * sizeof(float));
+    }
+    L->output(c, w, st, out, y, with_cache, B, T);
+    return fpc_check_finite(out, (size_t)B * T * p.D, L->name);
+}
+
+int fp_layer_fwd(const FpLayerOps *L, const void *c, const void *w, float *out, const float *u, const FpSolve *sv,
+                 float *cache, float *scratch, int B, int T) {
+    FpcState st;
+    float *Y = begin_fwd(L, c, w, &st, u, cache, scratch, B, T);
+    int rc = solve(L, c, w, &st, Y, sv, B, T);
+    return rc ? rc : graded_and_output(L, c, w, &st, Y, out, cache != NULL, B, T);
+}
+
+int fp_layer_fwd_at(const FpLayerOps *L, const void *c, const void *w, float *out, const float *u,
+                    const float *ystar, float *cache, float *scratch, int B, int T) {
+    FpcState st;
+    float *Y = begin_fwd(L, c, w, &st, u, cache, scratch, B, T);
+    memcpy(Y, ystar, (size_t)B * T * parts(L, c, NULL).E * sizeof(float));
+    return graded_and_output(L, c, w, &st, Y, out, cache != NULL, B, T);
+}
+
+int fp_layer_solve(const FpLayerOps *L, const void *c, const void *w, float *ystar, const float *u,
+                   const FpSolve *sv, float *scratch, int B, int T) {
+    FpcState st;
+    float *Y = begin_fwd(L, c, w, &st, u, NULL, scratch, B, T);
+    int rc = solve(L, c, w, &st, Y, sv, B, T);
+    memcpy(ystar, Y, (size_t)B * T * parts(L, c, NULL).E * sizeof(float));
     return rc;
+}
+
+void fp_layer_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw, float *du, const float *dout,
+                  const float *u, const float *cache, float *scratch, int B, int T) {
+    FpcState st;
+    FpcParts p = parts(L, c, NULL);
+    size_t ME = (size_t)B * T * p.E;
+    Carve kc = fpc_carve((float *)cache), ks = fpc_carve(scratch);
+    L->carve_bwd(c, &st, &kc, &ks, B, T);
+    float *dy, *dprev;
+    L->bwd_output(c, w, dw, &st, dout, &dy, &dprev, B, T);
+    /* graded steps, last first; the first step's input Y* is a constant */
+    for (int k = p.n_back - 1; k >= 0; k--) {
+        float *dp = k > 0 ? dprev : NULL;
+        if (dp) memset(dp, 0, ME * sizeof(float));
+        L->bwd_step(c, w, dw, &st, k, dy, dp, B, T);
+        if (dp) memcpy(dy, dp, ME * sizeof(float));
+    }
+    L->bwd_prepare(c, w, dw, &st, du, u, B, T);
+}
+
+size_t fp_layer_state_floats(const FpLayerOps *L, const void *c, int B) { return L->state_floats(c, B); }
+
+size_t fp_layer_step_scratch_floats(const FpLayerOps *L, const void *c, int B) {
+    FpcState st;
+    Carve k = {0};
+    float *y;
+    L->carve_tok(c, &st, &k, &y, B);
+    return fpc_carved(&k);
+}
+
+/* The map of a token's solve: tok_apply without commit. */
+typedef struct {
+    const FpLayerOps *L;
+    const void *c, *w;
+    FpcState *st;
+    int B;
+} TokCtx;
+
+static void tok_f(void *ctx, float *out, const float *y) {
+    TokCtx *t = ctx;
+    t->L->tok_apply(t->c, t->w, t->st, out, y, 0, t->B);
+}
+
+int fp_layer_step(const FpLayerOps *L, const void *c, const void *w, float *out, const float *u, float *state,
+                  const FpSolve *sv, float *scratch, int B) {
+    FpcState st;
+    FpcParts p = parts(L, c, NULL);
+    size_t BE = (size_t)B * p.E;
+    Carve k = fpc_carve(scratch);
+    float *y, *Y = L->carve_tok(c, &st, &k, &y, B);
+    L->tok_prepare(c, w, &st, u, state, B);
+    TokCtx tc = {L, c, w, &st, B};
+    FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
+    memset(Y, 0, BE * sizeof(float));
+    int rc = sv->run(sv->ctx, &map, (size_t)p.E, Y);
+    if (rc) return rc;
+    /* n_back applications as the parallel path; the last one commits the recurrent state */
+    for (int kk = 0; kk < p.n_back; kk++) {
+        L->tok_apply(c, w, &st, y, Y, kk == p.n_back - 1, B);
+        memcpy(Y, y, BE * sizeof(float));
+    }
+    L->tok_output(c, w, &st, out, y, state, B);
+    return fpc_check_finite(out, (size_t)B * p.D, L->name);
 }

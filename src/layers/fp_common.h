@@ -1,5 +1,6 @@
 /* fp_common.h: the pieces the three fixed-point layers share (not a public header): FPMamba1
- * (fp_mamba.c), FPMamba2 (fp_mamba2.c) and the vector FP-RNN (fp_rnn.c).
+ * (fp_mamba.c), FPMamba2 (fp_mamba2.c) and the vector FP-RNN (fp_rnn.c), and the row FpLayerOps
+ * through which fp_common.c drives them (fp_layer.h).
  *
  * The three differ in what they prepare and in the recurrence they iterate, but run the same
  * mixing stage on every application of f (spec fp-rnn §3.1–§3.3), from the iterate y, the
@@ -22,10 +23,7 @@
 #include <stdint.h>
 
 #include "../core/params.h"
-/* The one include of a higher folder from layers (tests/layering.sh): a Fixed-Point RNN layer is
- * a fixed point itself, so it solves through the FixedPointOptimizer on an FpMap. */
-#include "../fixedpoint/fpo.h"
-#include "fp_mamba.h" /* FpMambaStats, the statistics type of all three layers */
+#include "fp_layer.h"
 #include "linear.h"
 #include "mixer.h"
 
@@ -166,15 +164,82 @@ void fpc_bc_fwd(FpcBc *b, const float *Wbc, const float *s, const float *Bm, con
 void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const float *Wbc, const float *s, int M, int E,
                 int N, int norm, float eps);
 
+/* The output of the Mamba layers: out = W_out(silu(z + W_zy s) ⊙ y), with s = shift(y) (the
+ * previous token's y in the step path); zy NULL (glu_in_loop): out = W_out y. zs, gy:(M,E)
+ * receive z + W_zy s and silu(zs) ⊙ y; y, s, z:(M,E); Wout:(D,E); out:(M,D). */
+void fpc_gate_out_fwd(float *out, float *zs, float *gy, const float *y, const float *s, const float *z,
+                      const LinearW *zy, const float *Wout, int M, int E, int D);
+/* Its backward for s = shift(y) over (B,T): dy:(M,E) = the gradient on y (written), dz +=,
+ * dWout and dzy->W += (NULL: skipped); dgy, dzs, dsy:(M,E) temporaries. */
+void fpc_gate_out_bwd(float *dy, float *dz, float *dWout, LinearW *dzy, const float *dout, const float *y,
+                      const float *sy, const float *zs, const float *gy, const LinearW *zy, const float *Wout,
+                      float *dgy, float *dzs, float *dsy, int B, int T, int E, int D);
+
 /* Backward of the in-loop gate o = opre ⊙ silu(z) (glu_in_loop), n floats: dz += do ⊙ opre ⊙
  * silu'(z), and do ← do ⊙ silu(z) in place (the gradient on opre). */
 void fpc_glu_bwd(float *dz, float *dop, const float *opre, const float *z, size_t n);
 
-/* ---- the solve --------------------------------------------------------------------------------- */
+/* ---- the row of a family ------------------------------------------------------------------- */
 
-/* Y:(map->n) ← 0, then the no-grad FixedPointOptimizer solve of map (tokens of E floats). st (may
- * be NULL) is set to its statistics, or with per_token (sequential mode) accumulates them over the
- * tokens. solver: fpo_scratch_floats(map->n, map->nb). Returns fpo_solve's status. */
-int fpc_solve(const FpMap *map, int E, float *Y, const FpoOpts *opts, FpMambaStats *st, int per_token, float *solver);
+/* What the shared code needs to know of a family's cfg and, when given, its weights. */
+typedef struct {
+    int D, E, n_back;      /* model width, iterate width per token, graded steps */
+    const MixerCfg *mix;
+    MixerW **mixer;        /* the weight struct's mixer binding | NULL (no weights given) */
+    LinearW *bc, *zy;      /* its weight-normed W_bc (2N, E), W_zy (E, E) | NULL (none, or no weights) */
+    int N;                 /* state width (rows of W_bc: 2N); 0 = no W_bc */
+    int has_zy;            /* W_zy present */
+} FpcParts;
+
+/* Room for a family's forward, backward or step buffers (the carved pointers, not the floats):
+ * the drivers keep them on their stack; each family asserts that its structs fit. */
+#define FPC_STATE_BYTES 32768
+typedef union {
+    max_align_t align;
+    unsigned char bytes[FPC_STATE_BYTES];
+} FpcState;
+
+/* apply's k for the two no-grad applications: a graded step without a cache, a solve iteration. */
+enum { FPC_NOGRAD = -1, FPC_SOLVE = -2 };
+
+/* A family. c, w, dw are its cfg and weight structs; st its buffers in an FpcState; the Carves
+ * measure when their base is NULL (STYLE §8.6). */
+struct FpLayerOps {
+    const char *name;
+    size_t w_bytes;
+    void (*parts)(const void *c, const void *w, FpcParts *p); /* w may be NULL */
+    /* parameters: its own tensors (W_bc, W_zy and the mixer are added and bound for it) */
+    void (*add_params)(const void *c, ParamTable *t, const char *prefix, float out_scale);
+    void (*bind)(const void *c, void *w, const ParamTable *t, float *block, const char *prefix);
+    void (*post_init)(const void *c, void *w); /* init rules the table cannot express | NULL */
+    /* forward: carve the buffers (kc NULL: no cache, the prepare buffers come from ks) and return
+     * the iterate Y:(B,T,E) in the scratch; the prepare part; what the solve's iterations share
+     * (| NULL); one application of f on yin (k >= 0: graded step k into the cache, FPC_NOGRAD,
+     * FPC_SOLVE: into yout), returning its output; the output from the last graded y. */
+    float *(*carve_fwd)(const void *c, void *st, Carve *kc, Carve *ks, int B, int T);
+    void (*prepare)(const void *c, const void *w, void *st, const float *u, int B, int T);
+    void (*presolve)(const void *c, const void *w, void *st, int B, int T);
+    const float *(*apply)(const void *c, const void *w, void *st, int k, float *yout, const float *yin, int B, int T);
+    void (*output)(const void *c, const void *w, void *st, float *out, const float *y, int with_cache, int B, int T);
+    /* backward: carve the cache as the forward left it and the backward's scratch; zero the
+     * gradient buffers and run the output's backward, giving dy on the last graded output and the
+     * buffer *dprev for chaining; graded step k's backward (dyprev NULL: its input is constant);
+     * the prepare part's backward into dw and du. */
+    void (*carve_bwd)(const void *c, void *st, Carve *kc, Carve *ks, int B, int T);
+    void (*bwd_output)(const void *c, const void *w, void *dw, void *st, const float *dout, float **dy,
+                       float **dprev, int B, int T);
+    void (*bwd_step)(const void *c, const void *w, void *dw, void *st, int k, const float *dy, float *dyprev, int B,
+                     int T);
+    void (*bwd_prepare)(const void *c, const void *w, void *dw, void *st, float *du, const float *u, int B, int T);
+    /* sequential mode: the state's floats; carve the step's scratch (returns the iterate Y:(B,E)
+     * and the application's output y:(B,E)); the token's prepare (all that is fixed during its
+     * solve; reads and may commit state); one application (commit: the last one, which commits
+     * the recurrent state); the output from y, and the state's previous-token slot. */
+    size_t (*state_floats)(const void *c, int B);
+    float *(*carve_tok)(const void *c, void *st, Carve *k, float **y, int B);
+    void (*tok_prepare)(const void *c, const void *w, void *st, const float *u, float *state, int B);
+    void (*tok_apply)(const void *c, const void *w, void *st, float *out, const float *y, int commit, int B);
+    void (*tok_output)(const void *c, const void *w, void *st, float *out, const float *y, float *state, int B);
+};
 
 #endif

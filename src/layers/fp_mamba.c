@@ -15,7 +15,7 @@ int fp_mamba_cfg_init(FpMambaCfg *c, int D, int expand, int N, int R, int W, int
                       int bc_norm, int glu_in_loop, int n_back, float eps, const char *mixer_type, int rank,
                       const char *ac, int proj_rank, const char *kron_norm) {
     memset(c, 0, sizeof *c);
-    if (D < 1 || expand < 1 || N < 1 || R < 1 || W < 1 || n_back < 1 || n_back > 64)
+    if (D < 1 || expand < 1 || N < 1 || R < 1 || W < 1 || n_back < 1 || n_back > FP_MAX_BACK)
         return err_set(IM_EINVAL, "fp_mamba: sizes must be >= 1 and fp_n_backwards <= 64 (d_model %d, expand %d, "
                        "d_state %d, dt_rank %d, d_conv %d, fp_n_backwards %d)", D, expand, N, R, W, n_back);
     *c = (FpMambaCfg){.D = D, .E = expand * D, .N = N, .R = R, .W = W, .conv = conv, .h_dep = h_dep,
@@ -26,7 +26,8 @@ int fp_mamba_cfg_init(FpMambaCfg *c, int D, int expand, int N, int R, int W, int
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-void fp_mamba_add_params(const FpMambaCfg *c, ParamTable *t, const char *prefix, float out_scale) {
+static void add_params(const void *cv, ParamTable *t, const char *prefix, float out_scale) {
+    const FpMambaCfg *c = cv;
     int D = c->D, E = c->E, N = c->N, R = c->R, W = c->W;
     fpc_param_add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 0, 1, 2, 2 * E, D, 0);
     if (c->conv) {
@@ -45,12 +46,9 @@ void fp_mamba_add_params(const FpMambaCfg *c, ParamTable *t, const char *prefix,
     fpc_param_add(t, prefix, "out_proj.weight", INIT_UNIFORM, out_scale / sqrtf((float)E), 0, 1, 2, D, E, 0);
 }
 
-size_t fp_mamba_eff_floats(const FpMambaCfg *c) {
-    return fpc_bczy_eff_floats(c->N, c->E, !c->glu_in_loop) + mixer_eff_floats(&c->mix);
-}
-
-void fp_mamba_bind(const FpMambaCfg *c, FpMambaW *w, const ParamTable *t, float *block, const char *prefix, float *eff) {
-    memset(w, 0, sizeof *w);
+static void bind(const void *cv, void *wv, const ParamTable *t, float *block, const char *prefix) {
+    (void)cv;
+    FpMambaW *w = wv;
     w->in_proj = fpc_param_find(t, block, prefix, "in_proj.weight");
     w->conv_w = fpc_param_find(t, block, prefix, "conv1d.weight");
     w->conv_b = fpc_param_find(t, block, prefix, "conv1d.bias");
@@ -59,34 +57,31 @@ void fp_mamba_bind(const FpMambaCfg *c, FpMambaW *w, const ParamTable *t, float 
     w->dt_b = fpc_param_find(t, block, prefix, "dt_proj.bias");
     w->A_log = fpc_param_find(t, block, prefix, "A_log");
     w->Dskip = fpc_param_find(t, block, prefix, "D");
-    eff = fpc_bczy_bind(&w->bc, c->glu_in_loop ? NULL : &w->zy, t, block, prefix, eff, c->N, c->E);
     w->ln_w = fpc_param_find(t, block, prefix, "out_norm.weight");
     w->ln_b = fpc_param_find(t, block, prefix, "out_norm.bias");
     w->out_proj = fpc_param_find(t, block, prefix, "out_proj.weight");
-    CHECK(w->in_proj && w->x_proj && w->A_log && w->bc.v && w->out_proj, "fp_mamba tensors of '%s' missing", prefix);
-    w->mixer = fpc_mixer_bind(&c->mix, t, block, prefix, eff);
+    CHECK(w->in_proj && w->x_proj && w->A_log && w->out_proj, "fp_mamba tensors of '%s' missing", prefix);
 }
 
-void fp_mamba_unbind(FpMambaW *w) {
-    free(w->mixer);
-    w->mixer = NULL;
+static void parts(const void *cv, const void *wv, FpcParts *p) {
+    const FpMambaCfg *c = cv;
+    FpMambaW *w = (FpMambaW *)wv;
+    if (c)
+        *p = (FpcParts){.D = c->D, .E = c->E, .n_back = c->n_back, .mix = &c->mix, .N = c->N,
+                        .has_zy = !c->glu_in_loop};
+    if (w) p->mixer = &w->mixer;
+    if (w && c) {
+        p->bc = &w->bc;
+        p->zy = c->glu_in_loop ? NULL : &w->zy;
+    }
 }
 
-void fp_mamba_post_init(const FpMambaCfg *c, FpMambaW *w) {
+/* S4D-real: A_log[i,j] = ln(j+1) */
+static void post_init(const void *cv, void *wv) {
+    const FpMambaCfg *c = cv;
+    FpMambaW *w = wv;
     for (int i = 0; i < c->E; i++)
         for (int j = 0; j < c->N; j++) w->A_log[(size_t)i * c->N + j] = logf((float)(j + 1));
-    fpc_bczy_init(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
-    mixer_post_init(&c->mix, w->mixer);
-}
-
-void fp_mamba_refresh(const FpMambaCfg *c, FpMambaW *w) {
-    fpc_bczy_refresh(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
-    mixer_refresh(&c->mix, w->mixer);
-}
-
-void fp_mamba_wn_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw) {
-    fpc_bczy_wn_bwd(&w->bc, &dw->bc, c->glu_in_loop ? NULL : &w->zy, &dw->zy, c->N, c->E);
-    mixer_wn_bwd(&c->mix, w->mixer, dw->mixer);
 }
 
 /* ---- memory ------------------------------------------------------------------------------------ */
@@ -118,7 +113,7 @@ typedef struct {
     float *Bm, *Cm;         /* (M,N) */
     float *dtpre, *dt;      /* (M,E) δ + b_dt, softplus of it */
     float *A;               /* (E,N) */
-    StepBufs step[64];      /* graded steps (n_back) */
+    StepBufs step[FP_MAX_BACK]; /* graded steps (n_back) */
     float *sy, *zs, *gy;    /* (M,E) shift(y), z + W_zy shift(y), gate ⊙ y */
 } FwdCache;
 
@@ -139,12 +134,11 @@ static void carve_cache(const FpMambaCfg *c, Carve *k, FwdCache *f, int M) {
     f->gy = fpc_take(k, ME);
 }
 
-/* Scratch of the forward: the no-grad step, the iterate, the solver's memory, the mixer's. */
+/* Scratch of the forward: the no-grad step, the iterate, the mixer's memory. */
 typedef struct {
     StepBufs ng;
-    float *Y, *solver, *mscratch;
+    float *Y, *mscratch;
     float *rawfix;          /* the x share of the mixer projections during the solve | NULL */
-    FwdCache pre;           /* prepare buffers when no cache is given */
 } FwdScratch;
 
 /* The mixer input's fixed columns during a solve: p = [x ; s] → E, p = x → E (= dp);
@@ -154,18 +148,12 @@ static int fixed_split(const FpMambaCfg *c, int M) {
     return c->E;
 }
 
-static void carve_fwd_scratch(const FpMambaCfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
+static void carve_fwd_scratch(const FpMambaCfg *c, Carve *k, FwdScratch *s, int B, int T) {
     int M = B * T;
     carve_step(c, k, &s->ng, M, 0);
     s->Y = fpc_take(k, (size_t)M * c->E);
-    s->solver = fpc_take(k, fpo_scratch_floats((size_t)M * c->E, B));
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
     s->rawfix = fixed_split(c, M) ? fpc_take(k, mixer_fixed_floats(&c->mix, M)) : NULL;
-    if (with_pre) {
-        FpMambaCfg c1 = *c;
-        c1.n_back = 0; /* prepare + output buffers only */
-        carve_cache(&c1, k, &s->pre, M);
-    }
 }
 
 /* Backward temporaries. */
@@ -194,22 +182,6 @@ static void carve_bwd_scratch(const FpMambaCfg *c, Carve *k, BwdScratch *s, int 
     s->dzs = fpc_take(k, ME);
     s->dsy = fpc_take(k, ME);
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
-}
-
-size_t fp_mamba_cache_floats(const FpMambaCfg *c, int B, int T) {
-    Carve k = {0};
-    FwdCache f;
-    carve_cache(c, &k, &f, B * T);
-    return fpc_carved(&k);
-}
-
-size_t fp_mamba_scratch_floats(const FpMambaCfg *c, int B, int T) {
-    Carve k = {0}, kb = {0};
-    FwdScratch s;
-    BwdScratch b;
-    carve_fwd_scratch(c, &k, &s, B, T, 1);
-    carve_bwd_scratch(c, &kb, &b, B * T);
-    return fpc_carved(k.used > kb.used ? &k : &kb);
 }
 
 /* ---- the pieces ------------------------------------------------------------------------------- */
@@ -267,196 +239,176 @@ static void step_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, const
                 g->mscratch, B, T);
 }
 
-/* ---- forward / backward ------------------------------------------------------------------------ */
+/* ---- the row ------------------------------------------------------------------------------- */
 
 typedef struct {
-    const FpMambaCfg *c;
-    const FpMambaW *w;
-    const FwdCache *f;
-    StepBufs *ng;
-    const float *rawfix;
-    float *mscratch;
-    int B, T;
-} SolveCtx;
+    const float *xc, *z, *p, *dt, *A, *bbar, *cbar, *H;
+    float *v, *xt, *o, *opre, *ln, *mscratch;
+    const float *rawfix; /* the token's whole mixer projection (p is fixed per token) | NULL */
+    float *Hout;         /* NULL in the inner iterations */
+} TokCtx;
 
-static void solve_f(void *ctx, float *out, const float *y) {
-    SolveCtx *s = ctx;
-    float *keep = s->ng->y;
-    s->ng->y = out;
-    step_fwd(s->c, s->w, s->f, s->ng, y, s->rawfix, s->mscratch, s->B, s->T);
-    s->ng->y = keep;
+typedef struct {
+    float *xpre, *z, *xc, *dlow, *Bm, *Cm, *dtpre, *dt, *A, *s, *p, *v, *xt, *o, *opre, *ln, *Y, *y, *zs, *gy,
+        *mscratch, *rawfix;
+} TokBufs;
+
+/* The buffers of one call (fp_common.h's FpcState). */
+typedef struct {
+    FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
+    FwdScratch sc;
+    BwdScratch g;
+    TokBufs t;
+    TokCtx tc;
+    float *yprev;  /* (B,E) the state's previous y */
+} State;
+_Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_mamba's buffers fit an FpcState");
+
+static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    const FpMambaCfg *c = cv;
+    State *s = sv;
+    carve_fwd_scratch(c, ks, &s->sc, B, T);
+    FpMambaCfg c1 = *c;
+    c1.n_back = 0; /* without a cache: the prepare and output buffers from the scratch */
+    carve_cache(kc ? c : &c1, kc ? kc : ks, &s->f, B * T);
+    return s->sc.Y;
+}
+
+static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
+    prepare(c, w, &((State *)sv)->f, u, B, T);
+}
+
+/* x is fixed during the solve: its share of the mixer projections is computed once */
+static void presolve(const void *cv, const void *wv, void *sv, int B, int T) {
+    const FpMambaCfg *c = cv;
+    State *s = sv;
+    if (s->sc.rawfix)
+        mixer_project_fixed(&c->mix, ((const FpMambaW *)wv)->mixer, s->sc.rawfix, s->f.xc, c->E, B * T);
+}
+
+static const float *apply(const void *c, const void *w, void *sv, int k, float *yout, const float *yin, int B,
+                          int T) {
+    State *s = sv;
+    if (k >= 0) {
+        step_fwd(c, w, &s->f, &s->f.step[k], yin, NULL, s->sc.mscratch, B, T);
+        return s->f.step[k].y;
+    }
+    if (k == FPC_NOGRAD) {
+        step_fwd(c, w, &s->f, &s->sc.ng, yin, NULL, s->sc.mscratch, B, T);
+        return s->sc.ng.y;
+    }
+    float *keep = s->sc.ng.y; /* FPC_SOLVE: into yout, with the fixed projections */
+    s->sc.ng.y = yout;
+    step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.rawfix, s->sc.mscratch, B, T);
+    s->sc.ng.y = keep;
+    return yout;
 }
 
 /* out = W_out(silu(z + W_zy shift(y)) ⊙ y) or W_out y; fills f->sy, zs, gy */
-static void output_fwd(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, float *out, const float *y, int B, int T) {
-    int M = B * T, E = c->E;
-    size_t ME = (size_t)M * E;
-    if (c->glu_in_loop) {
-        k_linear_fwd(out, y, w->out_proj, NULL, M, E, c->D);
-        return;
-    }
-    fpc_shift_fwd(f->sy, y, B, T, E);
-    k_linear_fwd(f->zs, f->sy, w->zy.W, NULL, M, E, E);
-    k_axpby(f->zs, 1.0f, f->z, 1.0f, ME);
-    k_swiglu_fwd(f->gy, f->zs, y, ME); /* gy = silu(zs) y */
-    k_linear_fwd(out, f->gy, w->out_proj, NULL, M, E, c->D);
+static void output(const void *cv, const void *wv, void *sv, float *out, const float *y, int with_cache, int B,
+                   int T) {
+    (void)with_cache;
+    const FpMambaCfg *c = cv;
+    const FpMambaW *w = wv;
+    FwdCache *f = &((State *)sv)->f;
+    if (!c->glu_in_loop) fpc_shift_fwd(f->sy, y, B, T, c->E);
+    fpc_gate_out_fwd(out, f->zs, f->gy, y, f->sy, f->z, c->glu_in_loop ? NULL : &w->zy, w->out_proj, B * T, c->E,
+                     c->D);
 }
 
-/* n_back undamped applications from sc->Y (= Y*), then the output. */
-static int graded_and_output(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, FwdScratch *sc, float *out,
-                             int with_cache, int B, int T) {
-    size_t ME = (size_t)B * T * c->E;
-    const float *y = sc->Y;
-    for (int k = 0; k < c->n_back; k++) {
-        if (with_cache) {
-            step_fwd(c, w, f, &f->step[k], y, NULL, sc->mscratch, B, T);
-            y = f->step[k].y;
-        } else {
-            step_fwd(c, w, f, &sc->ng, y, NULL, sc->mscratch, B, T);
-            memcpy(sc->Y, sc->ng.y, ME * sizeof(float));
-        }
-    }
-    output_fwd(c, w, f, out, y, B, T);
-    return fpc_check_finite(out, (size_t)B * T * c->D, "fp_mamba");
+static void carve_bwd(const void *c, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    State *s = sv;
+    carve_cache(c, kc, &s->f, B * T);
+    carve_bwd_scratch(c, ks, &s->g, B * T);
 }
 
-/* Carve the forward's memory and run the prepare part; f points at the cache or the scratch. */
-static FwdCache *begin_fwd(const FpMambaCfg *c, const FpMambaW *w, FwdScratch *sc, FwdCache *fc, const float *u,
-                           float *cache, float *scratch, int B, int T) {
-    Carve ks = fpc_carve(scratch);
-    carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
-    FwdCache *f = &sc->pre;
-    if (cache) {
-        Carve kc = fpc_carve(cache);
-        carve_cache(c, &kc, fc, B * T);
-        f = fc;
-    }
-    prepare(c, w, f, u, B, T);
-    return f;
-}
-
-int fp_mamba_fwd(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, const FpoOpts *opts,
-                 FpMambaStats *st, float *cache, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    /* x is fixed during the solve: its share of the mixer projections is computed once */
-    if (sc.rawfix) mixer_project_fixed(&c->mix, w->mixer, sc.rawfix, f->xc, c->E, B * T);
-    SolveCtx sx = {c, w, f, &sc.ng, sc.rawfix, sc.mscratch, B, T};
-    FpMap map = {.ctx = &sx, .n = (size_t)B * T * c->E, .nb = B, .f = solve_f};
-    int rc = fpc_solve(&map, c->E, sc.Y, opts, st, 0, sc.solver);
-    return rc ? rc : graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
-}
-
-int fp_mamba_fwd_at(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, const float *ystar,
-                    float *cache, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    memcpy(sc.Y, ystar, (size_t)B * T * c->E * sizeof(float));
-    return graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
-}
-
-void fp_mamba_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, float *du, const float *dout,
-                  const float *u, const float *cache, float *scratch, int B, int T) {
-    int M = B * T, E = c->E, N = c->N, R = c->R, D = c->D;
+static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
+                       float **dprev, int B, int T) {
+    const FpMambaCfg *c = cv;
+    const FpMambaW *w = wv;
+    FpMambaW *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
+    int M = B * T, E = c->E, N = c->N, D = c->D;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    Carve kc = fpc_carve((float *)cache);
-    FwdCache fc, *f = &fc;
-    carve_cache(c, &kc, &fc, M);
-    Carve ks = fpc_carve(scratch);
-    BwdScratch g;
-    carve_bwd_scratch(c, &ks, &g, M);
     const float *y = f->step[c->n_back - 1].y;
-    memset(g.dz, 0, ME * sizeof(float));
-    memset(g.dxc, 0, ME * sizeof(float));
-    memset(g.ddt, 0, ME * sizeof(float));
-    memset(g.bc.dB, 0, MN * sizeof(float));
-    memset(g.bc.dC, 0, MN * sizeof(float));
-    memset(g.dA, 0, (size_t)E * N * sizeof(float));
-    memset(g.dy, 0, ME * sizeof(float));
-    /* output */
-    if (c->glu_in_loop) {
-        k_linear_bwd(g.dy, dw->out_proj, NULL, dout, y, w->out_proj, M, E, D);
-    } else {
-        memset(g.dgy, 0, ME * sizeof(float));
-        k_linear_bwd(g.dgy, dw->out_proj, NULL, dout, f->gy, w->out_proj, M, E, D);
-        memset(g.dzs, 0, ME * sizeof(float)); /* g.dy is zero here too: both accumulate */
-        k_swiglu_bwd(g.dzs, g.dy, g.dgy, f->zs, y, ME);
-        k_axpby(g.dz, 1.0f, g.dzs, 1.0f, ME);
-        memset(g.dsy, 0, ME * sizeof(float));
-        k_linear_bwd(g.dsy, dw->zy.W, NULL, g.dzs, f->sy, w->zy.W, M, E, E);
-        fpc_shift_bwd(g.dy, g.dsy, B, T, E);
-    }
-    /* graded steps, last first; the first step's input Y* is a constant */
-    for (int k = c->n_back - 1; k >= 0; k--) {
-        float *dprev = k > 0 ? g.dyprev : NULL;
-        if (dprev) memset(dprev, 0, ME * sizeof(float));
-        step_bwd(c, w, dw, f, &f->step[k], &g, g.dy, dprev, B, T);
-        if (dprev) memcpy(g.dy, dprev, ME * sizeof(float));
-    }
-    /* prepare: Δ = softplus(dtpre), dtpre = dlow W_dtᵀ + b_dt */
-    k_mul_sigmoid(g.ddt, f->dtpre, NULL, M, E); /* softplus' = sigmoid */
-    memset(g.ddlow, 0, (size_t)M * R * sizeof(float));
-    k_linear_bwd(g.ddlow, dw->dt_w, dw->dt_b, g.ddt, f->dlow, w->dt_w, M, R, E);
-    k_linear_bwd(g.dxc, dw->x_proj, NULL, g.ddlow, f->xc, w->x_proj, M, E, R);
-    k_linear_bwd(g.dxc, dw->x_proj ? dw->x_proj + (size_t)R * E : NULL, NULL, g.bc.dB, f->xc, w->x_proj + (size_t)R * E,
-                 M, E, N);
-    k_linear_bwd(g.dxc, dw->x_proj ? dw->x_proj + (size_t)(R + N) * E : NULL, NULL, g.bc.dC, f->xc,
+    memset(g->dz, 0, ME * sizeof(float));
+    memset(g->dxc, 0, ME * sizeof(float));
+    memset(g->ddt, 0, ME * sizeof(float));
+    memset(g->bc.dB, 0, MN * sizeof(float));
+    memset(g->bc.dC, 0, MN * sizeof(float));
+    memset(g->dA, 0, (size_t)E * N * sizeof(float));
+    fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
+                     c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
+    *dy = g->dy;
+    *dprev = g->dyprev;
+}
+
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
+}
+
+/* prepare: Δ = softplus(dtpre), dtpre = dlow W_dtᵀ + b_dt, [δlow ; B ; C] = W_x xc, conv, W_in */
+static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
+                        int T) {
+    const FpMambaCfg *c = cv;
+    const FpMambaW *w = wv;
+    FpMambaW *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
+    int M = B * T, E = c->E, N = c->N, R = c->R, D = c->D;
+    size_t ME = (size_t)M * E;
+    k_mul_sigmoid(g->ddt, f->dtpre, NULL, M, E); /* softplus' = sigmoid */
+    memset(g->ddlow, 0, (size_t)M * R * sizeof(float));
+    k_linear_bwd(g->ddlow, dw->dt_w, dw->dt_b, g->ddt, f->dlow, w->dt_w, M, R, E);
+    k_linear_bwd(g->dxc, dw->x_proj, NULL, g->ddlow, f->xc, w->x_proj, M, E, R);
+    k_linear_bwd(g->dxc, dw->x_proj ? dw->x_proj + (size_t)R * E : NULL, NULL, g->bc.dB, f->xc,
+                 w->x_proj + (size_t)R * E, M, E, N);
+    k_linear_bwd(g->dxc, dw->x_proj ? dw->x_proj + (size_t)(R + N) * E : NULL, NULL, g->bc.dC, f->xc,
                  w->x_proj + (size_t)(R + N) * E, M, E, N);
     if (dw->A_log)
-        for (size_t i = 0; i < (size_t)E * N; i++) dw->A_log[i] += g.dA[i] * f->A[i];
-    float *dxpre = g.dxc;
+        for (size_t i = 0; i < (size_t)E * N; i++) dw->A_log[i] += g->dA[i] * f->A[i];
+    float *dxpre = g->dxc;
     if (c->conv) {
         /* xc = silu(conv(xpre)): recompute the conv output for silu' */
-        float *pre = g.mix.dv;
+        float *pre = g->mix.dv;
         k_conv1d_fwd(pre, f->xpre, w->conv_w, w->conv_b, B, T, E, c->W);
-        memset(g.dxpre, 0, ME * sizeof(float));
-        float *dconv = g.mix.dxt;
+        memset(g->dxpre, 0, ME * sizeof(float));
+        float *dconv = g->mix.dxt;
         memset(dconv, 0, ME * sizeof(float));
-        k_silu_bwd(dconv, g.dxc, pre, ME);
-        k_conv1d_bwd(g.dxpre, dw->conv_w, dw->conv_b, dconv, f->xpre, w->conv_w, B, T, E, c->W);
-        dxpre = g.dxpre;
+        k_silu_bwd(dconv, g->dxc, pre, ME);
+        k_conv1d_bwd(g->dxpre, dw->conv_w, dw->conv_b, dconv, f->xpre, w->conv_w, B, T, E, c->W);
+        dxpre = g->dxpre;
     }
     k_linear_bwd(du, dw->in_proj, NULL, dxpre, u, w->in_proj, M, D, E);
-    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, g.dz, u, w->in_proj + (size_t)E * D, M, D, E);
+    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, g->dz, u, w->in_proj + (size_t)E * D,
+                 M, D, E);
 }
 
 /* ---- sequential mode --------------------------------------------------------------------------- */
 
-typedef struct {
-    const FpMambaCfg *c;
-    const FpMambaW *w;
-    const float *xc, *z, *p, *dt, *A, *bbar, *cbar, *H;
-    float *v, *xt, *o, *opre, *ln, *mscratch;
-    const float *rawfix; /* the token's whole mixer projection (p is fixed per token) | NULL */
-    float *Hout; /* NULL in the inner iterations */
-    int B;
-} TokCtx;
-
-static void tok_f(void *ctx, float *out, const float *y) {
-    TokCtx *t = ctx;
-    const FpMambaCfg *c = t->c;
-    int B = t->B, E = c->E;
-    size_t BE = (size_t)B * E;
-    fpc_mix_apply(&c->mix, t->w->mixer, t->xt, t->v, t->p, t->rawfix, t->xc, y, B, t->mscratch);
+static void tok_f(const FpMambaCfg *c, const FpMambaW *w, TokCtx *t, float *out, const float *y, int B) {
+    size_t BE = (size_t)B * c->E;
+    fpc_mix_apply(&c->mix, w->mixer, t->xt, t->v, t->p, t->rawfix, t->xc, y, B, t->mscratch);
     float *o = c->glu_in_loop ? t->opre : t->o;
-    k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->bbar, t->cbar, t->w->Dskip, B, E, c->N);
-    if (c->glu_in_loop)
-        k_swiglu_fwd(t->o, t->z, t->opre, BE);
-    layernorm_fwd(out, NULL, t->o, t->w->ln_w, t->w->ln_b, B, E, c->eps);
+    k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->bbar, t->cbar, w->Dskip, B, c->E, c->N);
+    if (c->glu_in_loop) k_swiglu_fwd(t->o, t->z, t->opre, BE);
+    layernorm_fwd(out, NULL, t->o, w->ln_w, w->ln_b, B, c->E, c->eps);
 }
 
-size_t fp_mamba_state_floats(const FpMambaCfg *c, int B) {
+/* [conv window (E,W) | S6 state (E,N) | previous y (E)] per sequence */
+static size_t state_floats(const void *cv, int B) {
+    const FpMambaCfg *c = cv;
     return (size_t)B * ((size_t)c->E * c->W + (size_t)c->E * c->N + c->E);
 }
 
-typedef struct {
-    float *xpre, *z, *xc, *dlow, *Bm, *Cm, *dtpre, *dt, *A, *s, *p, *v, *xt, *o, *opre, *ln, *Y, *y, *zs, *gy,
-        *solver, *mscratch, *rawfix;
-} TokBufs;
-
-static void carve_tok(const FpMambaCfg *c, Carve *k, TokBufs *t, int B) {
+static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+    const FpMambaCfg *c = cv;
+    TokBufs *t = &((State *)sv)->t;
     size_t BE = (size_t)B * c->E, BN = (size_t)B * c->N;
     t->xpre = fpc_take(k, BE);
     t->z = fpc_take(k, BE);
@@ -478,65 +430,69 @@ static void carve_tok(const FpMambaCfg *c, Carve *k, TokBufs *t, int B) {
     t->y = fpc_take(k, BE);
     t->zs = fpc_take(k, BE);
     t->gy = fpc_take(k, BE);
-    t->solver = fpc_take(k, fpo_scratch_floats(BE, B));
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
     t->rawfix = mixer_fixed_floats(&c->mix, B) ? fpc_take(k, mixer_fixed_floats(&c->mix, B)) : NULL;
+    *y = t->y;
+    return t->Y;
 }
 
-size_t fp_mamba_step_scratch_floats(const FpMambaCfg *c, int B) {
-    Carve k = {0};
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    return fpc_carved(&k);
-}
-
-int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, float *state,
-                  const FpoOpts *opts, FpMambaStats *st, float *scratch, int B) {
+static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
+    const FpMambaCfg *c = cv;
+    const FpMambaW *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
     int E = c->E, N = c->N, R = c->R, D = c->D;
     size_t BE = (size_t)B * E;
-    Carve k = fpc_carve(scratch);
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    float *conv = state, *H = conv + (size_t)B * E * c->W, *yprev = H + (size_t)B * E * N;
-    k_linear_fwd(t.xpre, u, w->in_proj, NULL, B, D, E);
-    k_linear_fwd(t.z, u, w->in_proj + (size_t)E * D, NULL, B, D, E);
+    float *conv = state, *H = conv + (size_t)B * E * c->W;
+    s->yprev = H + (size_t)B * E * N;
+    k_linear_fwd(t->xpre, u, w->in_proj, NULL, B, D, E);
+    k_linear_fwd(t->z, u, w->in_proj + (size_t)E * D, NULL, B, D, E);
     if (c->conv) {
-        k_conv1d_step(t.xc, conv, conv, t.xpre, w->conv_w, w->conv_b, B, E, c->W);
-        k_silu_fwd(t.xc, t.xc, BE);
+        k_conv1d_step(t->xc, conv, conv, t->xpre, w->conv_w, w->conv_b, B, E, c->W);
+        k_silu_fwd(t->xc, t->xc, BE);
     } else {
-        memcpy(t.xc, t.xpre, BE * sizeof(float));
+        memcpy(t->xc, t->xpre, BE * sizeof(float));
     }
-    k_linear_fwd(t.dlow, t.xc, w->x_proj, NULL, B, E, R);
-    k_linear_fwd(t.Bm, t.xc, w->x_proj + (size_t)R * E, NULL, B, E, N);
-    k_linear_fwd(t.Cm, t.xc, w->x_proj + (size_t)(R + N) * E, NULL, B, E, N);
-    k_linear_fwd(t.dtpre, t.dlow, w->dt_w, w->dt_b, B, R, E);
-    k_softplus(t.dt, t.dtpre, NULL, B, E);
-    k_neg_exp(t.A, w->A_log, (size_t)E * N); /* per token: E N exponentials, vectorised */
+    k_linear_fwd(t->dlow, t->xc, w->x_proj, NULL, B, E, R);
+    k_linear_fwd(t->Bm, t->xc, w->x_proj + (size_t)R * E, NULL, B, E, N);
+    k_linear_fwd(t->Cm, t->xc, w->x_proj + (size_t)(R + N) * E, NULL, B, E, N);
+    k_linear_fwd(t->dtpre, t->dlow, w->dt_w, w->dt_b, B, R, E);
+    k_softplus(t->dt, t->dtpre, NULL, B, E);
+    k_neg_exp(t->A, w->A_log, (size_t)E * N); /* per token: E N exponentials, vectorised */
     /* s = y*_{t−1} is fixed during the token's iterations, and so are p, b̄, c̄ (in place of B, C) */
-    memcpy(t.s, yprev, BE * sizeof(float));
-    fpc_make_p(t.p, t.xc, t.s, B, E, c->h_dep, c->symm);
-    FpcBc bc = {t.zs, t.gy, t.Bm, t.Cm}; /* zs, gy are free until the output */
-    fpc_bc_fwd(&bc, w->bc.W, t.s, t.Bm, t.Cm, B, E, N, c->bc_norm, c->eps);
+    memcpy(t->s, s->yprev, BE * sizeof(float));
+    fpc_make_p(t->p, t->xc, t->s, B, E, c->h_dep, c->symm);
+    FpcBc bc = {t->zs, t->gy, t->Bm, t->Cm}; /* zs, gy are free until the output */
+    fpc_bc_fwd(&bc, w->bc.W, t->s, t->Bm, t->Cm, B, E, N, c->bc_norm, c->eps);
     /* p does not change during the token's iterations: project it once */
-    if (t.rawfix) mixer_project_fixed(&c->mix, w->mixer, t.rawfix, t.p, c->dp, B);
-    TokCtx tc = {c, w, t.xc, t.z, t.p, t.dt, t.A, t.Bm, t.Cm, H, t.v, t.xt, t.o, t.opre, t.ln, t.mscratch, t.rawfix, NULL, B};
-    FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
-    int rc = fpc_solve(&map, E, t.Y, opts, st, 1, t.solver);
-    if (rc) return rc;
-    /* the final application commits the S6 state (n_back applications, as the parallel path) */
-    for (int kk = 0; kk < c->n_back; kk++) {
-        tc.Hout = kk == c->n_back - 1 ? H : NULL;
-        tok_f(&tc, t.y, t.Y);
-        memcpy(t.Y, t.y, BE * sizeof(float));
-    }
-    if (c->glu_in_loop) {
-        k_linear_fwd(out, t.y, w->out_proj, NULL, B, E, D);
-    } else {
-        k_linear_fwd(t.zs, yprev, w->zy.W, NULL, B, E, E);
-        k_axpby(t.zs, 1.0f, t.z, 1.0f, BE);
-        k_swiglu_fwd(t.gy, t.zs, t.y, BE);
-        k_linear_fwd(out, t.gy, w->out_proj, NULL, B, E, D);
-    }
-    memcpy(yprev, t.y, BE * sizeof(float));
-    return IM_OK;
+    if (t->rawfix) mixer_project_fixed(&c->mix, w->mixer, t->rawfix, t->p, c->dp, B);
+    s->tc = (TokCtx){t->xc, t->z, t->p, t->dt, t->A, t->Bm, t->Cm, H, t->v, t->xt, t->o, t->opre, t->ln,
+                     t->mscratch, t->rawfix, NULL};
 }
+
+/* the final application commits the S6 state */
+static void tok_apply(const void *c, const void *w, void *sv, float *out, const float *y, int commit, int B) {
+    State *s = sv;
+    s->tc.Hout = commit ? (float *)s->tc.H : NULL;
+    tok_f(c, w, &s->tc, out, y, B);
+}
+
+static void tok_output(const void *cv, const void *wv, void *sv, float *out, const float *y, float *state, int B) {
+    (void)state;
+    const FpMambaCfg *c = cv;
+    const FpMambaW *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
+    int E = c->E, D = c->D;
+    size_t BE = (size_t)B * E;
+    fpc_gate_out_fwd(out, t->zs, t->gy, y, s->yprev, t->z, c->glu_in_loop ? NULL : &w->zy, w->out_proj, B, E, D);
+    memcpy(s->yprev, y, BE * sizeof(float));
+}
+
+const FpLayerOps fp_mamba_layer = {
+    .name = "fp_mamba", .w_bytes = sizeof(FpMambaW), .parts = parts, .add_params = add_params, .bind = bind,
+    .post_init = post_init, .carve_fwd = carve_fwd, .prepare = prepare_row, .presolve = presolve, .apply = apply,
+    .output = output, .carve_bwd = carve_bwd, .bwd_output = bwd_output, .bwd_step = bwd_step,
+    .bwd_prepare = bwd_prepare, .state_floats = state_floats, .carve_tok = carve_tok, .tok_prepare = tok_prepare,
+    .tok_apply = tok_apply, .tok_output = tok_output,
+};

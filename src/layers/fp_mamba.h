@@ -8,26 +8,26 @@
  *   s = shift(y) (s_t = y_{t−1}, s_1 = 0);   p = [x ; s] (h_dep), x + s (symm) or x
  *   x̃ = Q(p)(x − y) + y;   [By ; Cy] = W_bc s;   b̄ = normalize(B + By), c̄ = normalize(C + Cy) (bc_norm)
  *   o = S6(x̃, Δ, A, b̄, c̄, D)  (k_s6_fwd);   o ← o ⊙ silu(z) if glu_in_loop;   y' = LayerNorm(o)
- * Forward: Y* = FixedPointOptimizer(f) without gradient (src/fixedpoint/fpo.h), then
+ * Forward: Y* = the caller's solve of f without gradient (fp_layer.h), then
  * n_backwards differentiable, undamped applications y_k = f(y_{k−1}), y_0 = Y* (constant), and
  *   out = W_out(silu(z + W_zy shift(y)) ⊙ y)  (glu_in_loop = 0)   or   out = W_out y  (glu_in_loop = 1).
  * Backward runs through the graded steps and the prepare part only (spec §1.5, §3.5): memory and
  * cost of one step per graded application, never of the solver iterations.
  * W_bc, W_zy and the mixer's projections are weight-normalised (effective weights refreshed once
- * per forward by fp_mamba_refresh).
+ * per forward by fp_layer_refresh).
  *
  * Step (sequential mode, spec fp-rnn App E.6): one token per sequence, with per-sequence state
  * [conv window (E,W) | S6 state (E,N) | y of the previous token (E)]. Token t's fixed point is
  * solved with s = y*_{t−1} and the S6 state read-only, then one final call commits the state.
  * Layout of memory follows STYLE §8.3: caller-owned cache (for the backward), scratch and state.
+ * The layer is driven through fp_layer.h with the row fp_mamba_layer, this cfg and weight struct.
  */
 #ifndef IMPLICIT_LAYERS_FP_MAMBA_H
 #define IMPLICIT_LAYERS_FP_MAMBA_H
 
 #include <stddef.h>
 
-#include "../fixedpoint/fpo.h"
-#include "../core/params.h"
+#include "fp_layer.h"
 #include "linear.h"
 #include "mixer.h"
 
@@ -62,57 +62,10 @@ typedef struct {
     LinearW zy;       /* (E, E) W_zy (glu_in_loop = 0 only) */
     float *ln_w, *ln_b; /* (E) */
     float *out_proj;  /* (D, E) */
-    MixerW *mixer;    /* owned by the binding (fp_mamba_bind allocates, fp_mamba_unbind frees) */
+    MixerW *mixer;    /* owned by the binding (fp_layer_bind allocates, fp_layer_unbind frees) */
 } FpMambaW;
 
-/* Add the layer's tensors named prefix + ".in_proj.weight" … to t. out_scale divides the
- * out_proj init (1/sqrt(n_layer), spec §3.4). */
-void fp_mamba_add_params(const FpMambaCfg *c, ParamTable *t, const char *prefix, float out_scale);
-/* Floats of effective (weight-normalised) weights: W_bc, W_zy and the mixer's. */
-size_t fp_mamba_eff_floats(const FpMambaCfg *c);
-/* Point w into block (θ or dθ) and its effective weights into eff (θ side: refreshed weights;
- * dθ side: their accumulated gradients). */
-void fp_mamba_bind(const FpMambaCfg *c, FpMambaW *w, const ParamTable *t, float *block, const char *prefix, float *eff);
-void fp_mamba_unbind(FpMambaW *w);
-/* After the table's init rules: A_log[i,j] = ln(j+1) (S4D-real), weight-norm g = ||v||. */
-void fp_mamba_post_init(const FpMambaCfg *c, FpMambaW *w);
-/* Effective weights from (g, v): once per model forward. */
-void fp_mamba_refresh(const FpMambaCfg *c, FpMambaW *w);
-/* After a backward: map the accumulated effective-weight gradients onto dg, dv (caller zeroes the
- * effective-gradient buffer before the next backward). */
-void fp_mamba_wn_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw);
-
-/* Solver statistics of the last forward / step of one layer. */
-typedef struct {
-    int iters;          /* no-grad f evaluations of the solve (step: summed over tokens) */
-    int tokens;         /* step: tokens solved (iters / tokens = mean per token) */
-    int converged;      /* the batch criterion held */
-    double best_max;    /* worst sample's best residual */
-} FpMambaStats;
-
-size_t fp_mamba_cache_floats(const FpMambaCfg *c, int B, int T);
-size_t fp_mamba_scratch_floats(const FpMambaCfg *c, int B, int T);
-
-/* Forward over u:(B,T,D) (the normed block input); out:(B,T,D) written. opts: the solver options
- * (training: quantile 1 − q_out and cap ℓ_max; evaluation: quantile 1 and the eval cap).
- * cache NULL = no backward follows (then the graded steps are plain applications). st may be
- * NULL. Returns IM_OK or the solver's IM_ENUM (non-finite iterate). */
-int fp_mamba_fwd(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, const FpoOpts *opts,
-                 FpMambaStats *st, float *cache, float *scratch, int B, int T);
-/* The same forward with the solve replaced by a given Y* (B,T,E): the graded steps start there
- * (for tests of the one-step gradient, spec §10, and for callers with their own solver). */
-int fp_mamba_fwd_at(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, const float *ystar,
-                    float *cache, float *scratch, int B, int T);
-/* Backward of the last fp_mamba_fwd with a cache: du:(B,T,D) += , dw += (effective-weight side for
- * bc, zy, mixer). */
-void fp_mamba_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, float *du, const float *dout,
-                  const float *u, const float *cache, float *scratch, int B, int T);
-
-/* State layout: conv windows (B,E,W) | S6 states (B,E,N) | previous y (B,E); zeros = empty prefix. */
-size_t fp_mamba_state_floats(const FpMambaCfg *c, int B);
-size_t fp_mamba_step_scratch_floats(const FpMambaCfg *c, int B);
-/* One token: u:(B,D) → out:(B,D); state:(fp_mamba_state_floats) updated in place. */
-int fp_mamba_step(const FpMambaCfg *c, const FpMambaW *w, float *out, const float *u, float *state,
-                  const FpoOpts *opts, FpMambaStats *st, float *scratch, int B);
+/* The state per sequence (fp_layer_step): conv window (E,W) | S6 state (E,N) | previous y (E);
+ * zeros = the empty prefix. */
 
 #endif

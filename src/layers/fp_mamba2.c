@@ -33,7 +33,8 @@ int fp_mamba2_cfg_init(FpMamba2Cfg *c, int D, int expand, int N, int P, int W, i
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-void fp_mamba2_add_params(const FpMamba2Cfg *c, ParamTable *t, const char *prefix, float out_scale) {
+static void add_params(const void *cv, ParamTable *t, const char *prefix, float out_scale) {
+    const FpMamba2Cfg *c = cv;
     int D = c->D, E = c->E, N = c->N, H = c->H, W = c->W, C = c->C;
     fpc_param_add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 0, 1, 2, c->K, D, 0);
     if (c->conv) {
@@ -49,46 +50,32 @@ void fp_mamba2_add_params(const FpMamba2Cfg *c, ParamTable *t, const char *prefi
     fpc_param_add(t, prefix, "out_proj.weight", INIT_UNIFORM, out_scale / sqrtf((float)E), 0, 1, 2, D, E, 0);
 }
 
-size_t fp_mamba2_eff_floats(const FpMamba2Cfg *c) {
-    return fpc_bczy_eff_floats(c->N, c->E, !c->glu_in_loop) + mixer_eff_floats(&c->mix);
-}
-
-void fp_mamba2_bind(const FpMamba2Cfg *c, FpMamba2W *w, const ParamTable *t, float *block, const char *prefix,
-                    float *eff) {
-    memset(w, 0, sizeof *w);
+static void bind(const void *cv, void *wv, const ParamTable *t, float *block, const char *prefix) {
+    const FpMamba2Cfg *c = cv;
+    FpMamba2W *w = wv;
     w->in_proj = fpc_param_find(t, block, prefix, "in_proj.weight");
     w->conv_w = fpc_param_find(t, block, prefix, "conv1d.weight");
     w->conv_b = fpc_param_find(t, block, prefix, "conv1d.bias");
     w->dt_bias = fpc_param_find(t, block, prefix, "dt_bias");
     w->A_log = fpc_param_find(t, block, prefix, "A_log");
     w->Dskip = fpc_param_find(t, block, prefix, "D");
-    eff = fpc_bczy_bind(&w->bc, c->glu_in_loop ? NULL : &w->zy, t, block, prefix, eff, c->N, c->E);
     w->norm_w = fpc_param_find(t, block, prefix, "norm.weight");
     w->out_proj = fpc_param_find(t, block, prefix, "out_proj.weight");
-    CHECK(w->in_proj && w->dt_bias && w->A_log && w->Dskip && w->bc.v && w->norm_w && w->out_proj &&
-              (!c->conv || w->conv_w),
+    CHECK(w->in_proj && w->dt_bias && w->A_log && w->Dskip && w->norm_w && w->out_proj && (!c->conv || w->conv_w),
           "fp_mamba2 tensors of '%s' missing", prefix);
-    w->mixer = fpc_mixer_bind(&c->mix, t, block, prefix, eff);
 }
 
-void fp_mamba2_unbind(FpMamba2W *w) {
-    free(w->mixer);
-    w->mixer = NULL;
-}
-
-void fp_mamba2_post_init(const FpMamba2Cfg *c, FpMamba2W *w) {
-    fpc_bczy_init(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
-    mixer_post_init(&c->mix, w->mixer);
-}
-
-void fp_mamba2_refresh(const FpMamba2Cfg *c, FpMamba2W *w) {
-    fpc_bczy_refresh(&w->bc, c->glu_in_loop ? NULL : &w->zy, c->N, c->E);
-    mixer_refresh(&c->mix, w->mixer);
-}
-
-void fp_mamba2_wn_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw) {
-    fpc_bczy_wn_bwd(&w->bc, &dw->bc, c->glu_in_loop ? NULL : &w->zy, &dw->zy, c->N, c->E);
-    mixer_wn_bwd(&c->mix, w->mixer, dw->mixer);
+static void parts(const void *cv, const void *wv, FpcParts *p) {
+    const FpMamba2Cfg *c = cv;
+    FpMamba2W *w = (FpMamba2W *)wv;
+    if (c)
+        *p = (FpcParts){.D = c->D, .E = c->E, .n_back = c->n_back, .mix = &c->mix, .N = c->N,
+                        .has_zy = !c->glu_in_loop};
+    if (w) p->mixer = &w->mixer;
+    if (w && c) {
+        p->bc = &w->bc;
+        p->zy = c->glu_in_loop ? NULL : &w->zy;
+    }
 }
 
 /* ---- memory ------------------------------------------------------------------------------------ */
@@ -143,20 +130,17 @@ static void carve_cache(const FpMamba2Cfg *c, Carve *k, FwdCache *f, int B, int 
     f->gy = fpc_take(k, ME);
 }
 
-/* Scratch of the forward: the no-grad step, the iterate, the solver's memory, the mixer's. */
+/* Scratch of the forward: the no-grad step, the iterate, the mixer's memory. */
 typedef struct {
     StepBufs ng;
-    float *Y, *solver, *mscratch;
-    FwdCache pre; /* prepare buffers when no cache is given */
+    float *Y, *mscratch;
 } FwdScratch;
 
-static void carve_fwd_scratch(const FpMamba2Cfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
+static void carve_fwd_scratch(const FpMamba2Cfg *c, Carve *k, FwdScratch *s, int B, int T) {
     int M = B * T;
     carve_step(c, k, &s->ng, B, T, 0);
     s->Y = fpc_take(k, (size_t)M * c->E);
-    s->solver = fpc_take(k, fpo_scratch_floats((size_t)M * c->E, B));
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
-    if (with_pre) carve_cache(c, k, &s->pre, B, T, 0);
 }
 
 /* Backward temporaries. */
@@ -186,22 +170,6 @@ static void carve_bwd_scratch(const FpMamba2Cfg *c, Carve *k, BwdScratch *s, int
     s->dzs = fpc_take(k, ME);
     s->dsy = fpc_take(k, ME);
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
-}
-
-size_t fp_mamba2_cache_floats(const FpMamba2Cfg *c, int B, int T) {
-    Carve k = {0};
-    FwdCache f;
-    carve_cache(c, &k, &f, B, T, c->n_back);
-    return fpc_carved(&k);
-}
-
-size_t fp_mamba2_scratch_floats(const FpMamba2Cfg *c, int B, int T) {
-    Carve k = {0}, kb = {0};
-    FwdScratch s;
-    BwdScratch b;
-    carve_fwd_scratch(c, &k, &s, B, T, 1);
-    carve_bwd_scratch(c, &kb, &b, B * T);
-    return fpc_carved(k.used > kb.used ? &k : &kb);
 }
 
 /* ---- small pieces ----------------------------------------------------------------------------- */
@@ -273,214 +241,171 @@ static void step_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, co
                 B, T);
 }
 
-/* ---- forward / backward ------------------------------------------------------------------------ */
+/* ---- the row ------------------------------------------------------------------------------- */
 
 typedef struct {
-    const FpMamba2Cfg *c;
-    const FpMamba2W *w;
-    const FwdCache *f;
-    StepBufs *ng;
-    float *mscratch;
-    int B, T;
-} SolveCtx;
+    const float *x, *Bm, *Cm, *z, *dt, *A, *S;
+    float *Sout; /* NULL in the inner iterations */
+} TokCtx;
 
-static void solve_f(void *ctx, float *out, const float *y) {
-    SolveCtx *s = ctx;
-    float *keep = s->ng->y;
-    s->ng->y = out;
-    step_fwd(s->c, s->w, s->f, s->ng, y, s->mscratch, s->B, s->T);
-    s->ng->y = keep;
+typedef struct {
+    float *z, *xbc_pre, *xbc, *x, *Bm, *Cm, *dtraw, *dt, *A, *Y, *y, *zs, *gy, *mscratch;
+    StepBufs sb;
+} TokBufs;
+
+/* The buffers of one call (fp_common.h's FpcState). */
+typedef struct {
+    FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
+    FwdScratch sc;
+    BwdScratch g;
+    TokBufs t;
+    TokCtx tc;
+    float *yprev;  /* (B,E) the state's previous y */
+} State;
+_Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_mamba2's buffers fit an FpcState");
+
+static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    const FpMamba2Cfg *c = cv;
+    State *s = sv;
+    carve_fwd_scratch(c, ks, &s->sc, B, T);
+    /* without a cache: the prepare and output buffers from the scratch */
+    carve_cache(c, kc ? kc : ks, &s->f, B, T, kc ? c->n_back : 0);
+    return s->sc.Y;
+}
+
+static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
+    prepare(c, w, &((State *)sv)->f, u, B, T);
+}
+
+static const float *apply(const void *c, const void *w, void *sv, int k, float *yout, const float *yin, int B,
+                          int T) {
+    State *s = sv;
+    if (k >= 0) {
+        step_fwd(c, w, &s->f, &s->f.step[k], yin, s->sc.mscratch, B, T);
+        return s->f.step[k].y;
+    }
+    if (k == FPC_NOGRAD) {
+        step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.mscratch, B, T);
+        return s->sc.ng.y;
+    }
+    float *keep = s->sc.ng.y; /* FPC_SOLVE: into yout */
+    s->sc.ng.y = yout;
+    step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.mscratch, B, T);
+    s->sc.ng.y = keep;
+    return yout;
 }
 
 /* out = W_out(silu(z + W_zy shift(y)) ⊙ y) or W_out y; fills f->sy, zs, gy. The reference's
  * transposed z (spec §9 item 4) is not reproduced. */
-static void output_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, float *out, const float *y, int B,
-                       int T) {
-    int M = B * T, E = c->E;
-    size_t ME = (size_t)M * E;
-    if (c->glu_in_loop) {
-        k_linear_fwd(out, y, w->out_proj, NULL, M, E, c->D);
-        return;
-    }
-    fpc_shift_fwd(f->sy, y, B, T, E);
-    k_linear_fwd(f->zs, f->sy, w->zy.W, NULL, M, E, E);
-    k_axpby(f->zs, 1.0f, f->z, 1.0f, ME);
-    k_swiglu_fwd(f->gy, f->zs, y, ME); /* gy = silu(zs) y */
-    k_linear_fwd(out, f->gy, w->out_proj, NULL, M, E, c->D);
+static void output(const void *cv, const void *wv, void *sv, float *out, const float *y, int with_cache, int B,
+                   int T) {
+    (void)with_cache;
+    const FpMamba2Cfg *c = cv;
+    const FpMamba2W *w = wv;
+    FwdCache *f = &((State *)sv)->f;
+    if (!c->glu_in_loop) fpc_shift_fwd(f->sy, y, B, T, c->E);
+    fpc_gate_out_fwd(out, f->zs, f->gy, y, f->sy, f->z, c->glu_in_loop ? NULL : &w->zy, w->out_proj, B * T, c->E,
+                     c->D);
 }
 
-/* n_back undamped applications from sc->Y (= Y*), then the output. */
-static int graded_and_output(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, FwdScratch *sc, float *out,
-                             int with_cache, int B, int T) {
-    size_t ME = (size_t)B * T * c->E;
-    const float *y = sc->Y;
-    for (int k = 0; k < c->n_back; k++) {
-        if (with_cache) {
-            step_fwd(c, w, f, &f->step[k], y, sc->mscratch, B, T);
-            y = f->step[k].y;
-        } else {
-            step_fwd(c, w, f, &sc->ng, y, sc->mscratch, B, T);
-            memcpy(sc->Y, sc->ng.y, ME * sizeof(float));
-        }
-    }
-    output_fwd(c, w, f, out, y, B, T);
-    return fpc_check_finite(out, (size_t)B * T * c->D, "fp_mamba2");
+static void carve_bwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    const FpMamba2Cfg *c = cv;
+    State *s = sv;
+    carve_cache(c, kc, &s->f, B, T, c->n_back);
+    carve_bwd_scratch(c, ks, &s->g, B * T);
 }
 
-/* Carve the forward's memory and run the prepare part; f points at the cache or the scratch. */
-static FwdCache *begin_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, FwdScratch *sc, FwdCache *fc, const float *u,
-                           float *cache, float *scratch, int B, int T) {
-    Carve ks = fpc_carve(scratch);
-    carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
-    FwdCache *f = &sc->pre;
-    if (cache) {
-        Carve kc = fpc_carve(cache);
-        carve_cache(c, &kc, fc, B, T, c->n_back);
-        f = fc;
-    }
-    prepare(c, w, f, u, B, T);
-    return f;
-}
-
-static int solve(const FpMamba2Cfg *c, const FpMamba2W *w, FwdCache *f, FwdScratch *sc, const FpoOpts *opts,
-                 FpMambaStats *st, int B, int T) {
-    SolveCtx sx = {c, w, f, &sc->ng, sc->mscratch, B, T};
-    FpMap map = {.ctx = &sx, .n = (size_t)B * T * c->E, .nb = B, .f = solve_f};
-    return fpc_solve(&map, c->E, sc->Y, opts, st, 0, sc->solver);
-}
-
-int fp_mamba2_fwd(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const float *u, const FpoOpts *opts,
-                  FpMambaStats *st, float *cache, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    int rc = solve(c, w, f, &sc, opts, st, B, T);
-    return rc ? rc : graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
-}
-
-int fp_mamba2_solve(const FpMamba2Cfg *c, const FpMamba2W *w, float *ystar, const float *u, const FpoOpts *opts,
-                    FpMambaStats *st, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, NULL, scratch, B, T);
-    int rc = solve(c, w, f, &sc, opts, st, B, T);
-    memcpy(ystar, sc.Y, (size_t)B * T * c->E * sizeof(float));
-    return rc;
-}
-
-int fp_mamba2_fwd_at(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const float *u, const float *ystar,
-                     float *cache, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    memcpy(sc.Y, ystar, (size_t)B * T * c->E * sizeof(float));
-    return graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
-}
-
-void fp_mamba2_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, float *du, const float *dout,
-                   const float *u, const float *cache, float *scratch, int B, int T) {
-    int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
+static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
+                       float **dprev, int B, int T) {
+    const FpMamba2Cfg *c = cv;
+    const FpMamba2W *w = wv;
+    FpMamba2W *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
+    int M = B * T, E = c->E, N = c->N, D = c->D, H = c->H;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    Carve kc = fpc_carve((float *)cache);
-    FwdCache fc, *f = &fc;
-    carve_cache(c, &kc, &fc, B, T, c->n_back);
-    Carve ks = fpc_carve(scratch);
-    BwdScratch g;
-    carve_bwd_scratch(c, &ks, &g, M);
     const float *y = f->step[c->n_back - 1].y;
-    memset(g.dz, 0, ME * sizeof(float));
-    memset(g.dx, 0, ME * sizeof(float));
-    memset(g.ddt, 0, (size_t)M * H * sizeof(float));
-    memset(g.bc.dB, 0, MN * sizeof(float));
-    memset(g.bc.dC, 0, MN * sizeof(float));
-    memset(g.dA, 0, (size_t)H * sizeof(float));
-    memset(g.dy, 0, ME * sizeof(float));
-    /* output */
-    if (c->glu_in_loop) {
-        k_linear_bwd(g.dy, dw->out_proj, NULL, dout, y, w->out_proj, M, E, D);
-    } else {
-        memset(g.dgy, 0, ME * sizeof(float));
-        k_linear_bwd(g.dgy, dw->out_proj, NULL, dout, f->gy, w->out_proj, M, E, D);
-        memset(g.dzs, 0, ME * sizeof(float)); /* g.dy is zero here too: both accumulate */
-        k_swiglu_bwd(g.dzs, g.dy, g.dgy, f->zs, y, ME);
-        k_axpby(g.dz, 1.0f, g.dzs, 1.0f, ME);
-        memset(g.dsy, 0, ME * sizeof(float));
-        k_linear_bwd(g.dsy, dw->zy.W, NULL, g.dzs, f->sy, w->zy.W, M, E, E);
-        fpc_shift_bwd(g.dy, g.dsy, B, T, E);
-    }
-    /* graded steps, last first; the first step's input Y* is a constant */
-    for (int k = c->n_back - 1; k >= 0; k--) {
-        float *dprev = k > 0 ? g.dyprev : NULL;
-        if (dprev) memset(dprev, 0, ME * sizeof(float));
-        step_bwd(c, w, dw, f, &f->step[k], &g, g.dy, dprev, B, T);
-        if (dprev) memcpy(g.dy, dprev, ME * sizeof(float));
-    }
-    /* prepare: Δ = softplus(δ + dt_bias), A = −exp(A_log) */
-    k_mul_sigmoid(g.ddt, f->dtraw, w->dt_bias, M, H); /* softplus' = sigmoid */
+    memset(g->dz, 0, ME * sizeof(float));
+    memset(g->dx, 0, ME * sizeof(float));
+    memset(g->ddt, 0, (size_t)M * H * sizeof(float));
+    memset(g->bc.dB, 0, MN * sizeof(float));
+    memset(g->bc.dC, 0, MN * sizeof(float));
+    memset(g->dA, 0, (size_t)H * sizeof(float));
+    fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
+                     c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
+    *dy = g->dy;
+    *dprev = g->dyprev;
+}
+
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
+}
+
+/* prepare: Δ = softplus(δ + dt_bias), A = −exp(A_log), xBC = silu(conv(xBC_pre)), W_in */
+static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
+                        int T) {
+    const FpMamba2Cfg *c = cv;
+    const FpMamba2W *w = wv;
+    FpMamba2W *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
+    int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
+    k_mul_sigmoid(g->ddt, f->dtraw, w->dt_bias, M, H); /* softplus' = sigmoid */
     if (dw->dt_bias)
         for (int m = 0; m < M; m++)
-            for (int h = 0; h < H; h++) dw->dt_bias[h] += g.ddt[(size_t)m * H + h];
+            for (int h = 0; h < H; h++) dw->dt_bias[h] += g->ddt[(size_t)m * H + h];
     if (dw->A_log)
-        for (int h = 0; h < H; h++) dw->A_log[h] += g.dA[h] * f->A[h];
+        for (int h = 0; h < H; h++) dw->A_log[h] += g->dA[h] * f->A[h];
     /* d xBC = [dx | dB | dC] per token */
     for (int m = 0; m < M; m++) {
-        float *r = g.dxbc + (size_t)m * C;
-        memcpy(r, g.dx + (size_t)m * E, (size_t)E * sizeof(float));
-        memcpy(r + E, g.bc.dB + (size_t)m * N, (size_t)N * sizeof(float));
-        memcpy(r + E + N, g.bc.dC + (size_t)m * N, (size_t)N * sizeof(float));
+        float *r = g->dxbc + (size_t)m * C;
+        memcpy(r, g->dx + (size_t)m * E, (size_t)E * sizeof(float));
+        memcpy(r + E, g->bc.dB + (size_t)m * N, (size_t)N * sizeof(float));
+        memcpy(r + E + N, g->bc.dC + (size_t)m * N, (size_t)N * sizeof(float));
     }
-    float *dxbc_pre = g.dxbc;
+    float *dxbc_pre = g->dxbc;
     if (c->conv) {
         /* xbc = silu(conv(xbc_pre)): recompute the conv output for silu' */
-        float *pre = g.dpre;
+        float *pre = g->dpre;
         k_conv1d_fwd(pre, f->xbc_pre, w->conv_w, w->conv_b, B, T, C, c->W);
         /* dconv = dxbc ⊙ silu'(pre), the gradient on the conv output */
-        memset(g.dconv, 0, (size_t)M * C * sizeof(float));
-        k_silu_bwd(g.dconv, g.dxbc, pre, (size_t)M * C);
-        memset(g.dxbc, 0, (size_t)M * C * sizeof(float));
-        k_conv1d_bwd(g.dxbc, dw->conv_w, dw->conv_b, g.dconv, f->xbc_pre, w->conv_w, B, T, C, c->W);
-        dxbc_pre = g.dxbc;
+        memset(g->dconv, 0, (size_t)M * C * sizeof(float));
+        k_silu_bwd(g->dconv, g->dxbc, pre, (size_t)M * C);
+        memset(g->dxbc, 0, (size_t)M * C * sizeof(float));
+        k_conv1d_bwd(g->dxbc, dw->conv_w, dw->conv_b, g->dconv, f->xbc_pre, w->conv_w, B, T, C, c->W);
+        dxbc_pre = g->dxbc;
     }
-    k_linear_bwd(du, dw->in_proj, NULL, g.dz, u, w->in_proj, M, D, E);
+    k_linear_bwd(du, dw->in_proj, NULL, g->dz, u, w->in_proj, M, D, E);
     k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, dxbc_pre, u, w->in_proj + (size_t)E * D,
                  M, D, C);
-    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)(E + C) * D : NULL, NULL, g.ddt, u,
+    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)(E + C) * D : NULL, NULL, g->ddt, u,
                  w->in_proj + (size_t)(E + C) * D, M, D, H);
 }
 
 /* ---- sequential mode --------------------------------------------------------------------------- */
 
-typedef struct {
-    const FpMamba2Cfg *c;
-    const FpMamba2W *w;
-    const float *x, *Bm, *Cm, *z, *dt, *A, *S;
-    StepBufs *sb;
-    float *mscratch;
-    float *Sout; /* NULL in the inner iterations */
-    int B;
-} TokCtx;
-
-static void tok_f(void *ctx, float *out, const float *y) {
-    TokCtx *t = ctx;
-    const FpMamba2Cfg *c = t->c;
-    StepBufs *s = t->sb;
-    fpc_mix_apply(&c->mix, t->w->mixer, s->mix.xt, s->mix.v, s->mix.p, NULL, t->x, y, t->B, t->mscratch);
-    fpc_bc_fwd(&s->bc, t->w->bc.W, s->mix.s, t->Bm, t->Cm, t->B, c->E, c->N, 1, c->eps);
+static void tok_f(const FpMamba2Cfg *c, const FpMamba2W *w, const TokCtx *t, StepBufs *s, float *out, const float *y,
+                  float *mscratch, int B) {
+    fpc_mix_apply(&c->mix, w->mixer, s->mix.xt, s->mix.v, s->mix.p, NULL, t->x, y, B, mscratch);
+    fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, t->Bm, t->Cm, B, c->E, c->N, 1, c->eps);
     k_ssd_step(c->glu_in_loop ? s->opre : s->o, t->Sout, t->S, s->mix.xt, t->dt, t->A, s->bc.bbar, s->bc.cbar,
-               t->w->Dskip, t->B, c->H, c->P, c->N);
-    gate_norm(c, t->w, s, t->z, out, t->B, 0);
+               w->Dskip, B, c->H, c->P, c->N);
+    gate_norm(c, w, s, t->z, out, B, 0);
 }
 
-size_t fp_mamba2_state_floats(const FpMamba2Cfg *c, int B) {
+/* [conv window (C,W) | SSD state (H,P,N) | previous y (E)] per sequence */
+static size_t state_floats(const void *cv, int B) {
+    const FpMamba2Cfg *c = cv;
     return (size_t)B * ((size_t)c->C * c->W + (size_t)c->H * c->P * c->N + c->E);
 }
 
-typedef struct {
-    float *z, *xbc_pre, *xbc, *x, *Bm, *Cm, *dtraw, *dt, *A, *Y, *y, *zs, *gy, *solver, *mscratch;
-    StepBufs sb;
-} TokBufs;
-
-static void carve_tok(const FpMamba2Cfg *c, Carve *k, TokBufs *t, int B) {
+static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+    const FpMamba2Cfg *c = cv;
+    TokBufs *t = &((State *)sv)->t;
     size_t BE = (size_t)B * c->E, BN = (size_t)B * c->N;
     t->z = fpc_take(k, BE);
     t->xbc_pre = fpc_take(k, (size_t)B * c->C);
@@ -495,60 +420,62 @@ static void carve_tok(const FpMamba2Cfg *c, Carve *k, TokBufs *t, int B) {
     t->y = fpc_take(k, BE);
     t->zs = fpc_take(k, BE);
     t->gy = fpc_take(k, BE);
-    t->solver = fpc_take(k, fpo_scratch_floats(BE, B));
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
     carve_step(c, k, &t->sb, B, 1, 0);
+    *y = t->y;
+    return t->Y;
 }
 
-size_t fp_mamba2_step_scratch_floats(const FpMamba2Cfg *c, int B) {
-    Carve k = {0};
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    return fpc_carved(&k);
-}
-
-int fp_mamba2_step(const FpMamba2Cfg *c, const FpMamba2W *w, float *out, const float *u, float *state,
-                   const FpoOpts *opts, FpMambaStats *st, float *scratch, int B) {
+static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
+    const FpMamba2Cfg *c = cv;
+    const FpMamba2W *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
     int E = c->E, D = c->D, C = c->C, H = c->H;
     size_t BE = (size_t)B * E;
-    Carve k = fpc_carve(scratch);
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    float *conv = state, *S = conv + (size_t)B * C * c->W, *yprev = S + (size_t)B * H * c->P * c->N;
-    k_linear_fwd(t.z, u, w->in_proj, NULL, B, D, E);
-    k_linear_fwd(t.xbc_pre, u, w->in_proj + (size_t)E * D, NULL, B, D, C);
-    k_linear_fwd(t.dtraw, u, w->in_proj + (size_t)(E + C) * D, NULL, B, D, H);
+    float *conv = state, *S = conv + (size_t)B * C * c->W;
+    s->yprev = S + (size_t)B * H * c->P * c->N;
+    k_linear_fwd(t->z, u, w->in_proj, NULL, B, D, E);
+    k_linear_fwd(t->xbc_pre, u, w->in_proj + (size_t)E * D, NULL, B, D, C);
+    k_linear_fwd(t->dtraw, u, w->in_proj + (size_t)(E + C) * D, NULL, B, D, H);
     if (c->conv) {
         /* the conv window does not depend on the fixed point: commit it now */
-        k_conv1d_step(t.xbc, conv, conv, t.xbc_pre, w->conv_w, w->conv_b, B, C, c->W);
-        k_silu_fwd(t.xbc, t.xbc, (size_t)B * C);
+        k_conv1d_step(t->xbc, conv, conv, t->xbc_pre, w->conv_w, w->conv_b, B, C, c->W);
+        k_silu_fwd(t->xbc, t->xbc, (size_t)B * C);
     } else {
-        memcpy(t.xbc, t.xbc_pre, (size_t)B * C * sizeof(float));
+        memcpy(t->xbc, t->xbc_pre, (size_t)B * C * sizeof(float));
     }
-    split_xbc(c, t.x, t.Bm, t.Cm, t.xbc, B);
-    k_softplus(t.dt, t.dtraw, w->dt_bias, B, H);
-    for (int h = 0; h < H; h++) t.A[h] = -expf(w->A_log[h]);
+    split_xbc(c, t->x, t->Bm, t->Cm, t->xbc, B);
+    k_softplus(t->dt, t->dtraw, w->dt_bias, B, H);
+    for (int h = 0; h < H; h++) t->A[h] = -expf(w->A_log[h]);
     /* s = y*_{t−1} is fixed during the token's iterations, and so is p */
-    memcpy(t.sb.mix.s, yprev, BE * sizeof(float));
-    fpc_make_p(t.sb.mix.p, t.x, t.sb.mix.s, B, E, c->h_dep, c->symm);
-    TokCtx tc = {c, w, t.x, t.Bm, t.Cm, t.z, t.dt, t.A, S, &t.sb, t.mscratch, NULL, B};
-    FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
-    int rc = fpc_solve(&map, E, t.Y, opts, st, 1, t.solver);
-    if (rc) return rc;
-    /* n_back applications as the parallel path; the last one commits the SSD state */
-    for (int kk = 0; kk < c->n_back; kk++) {
-        tc.Sout = kk == c->n_back - 1 ? S : NULL;
-        tok_f(&tc, t.y, t.Y);
-        memcpy(t.Y, t.y, BE * sizeof(float));
-    }
-    if (c->glu_in_loop) {
-        k_linear_fwd(out, t.y, w->out_proj, NULL, B, E, D);
-    } else {
-        k_linear_fwd(t.zs, yprev, w->zy.W, NULL, B, E, E);
-        k_axpby(t.zs, 1.0f, t.z, 1.0f, BE);
-        k_swiglu_fwd(t.gy, t.zs, t.y, BE);
-        k_linear_fwd(out, t.gy, w->out_proj, NULL, B, E, D);
-    }
-    memcpy(yprev, t.y, BE * sizeof(float));
-    return fpc_check_finite(out, (size_t)B * D, "fp_mamba2");
+    memcpy(t->sb.mix.s, s->yprev, BE * sizeof(float));
+    fpc_make_p(t->sb.mix.p, t->x, t->sb.mix.s, B, E, c->h_dep, c->symm);
+    s->tc = (TokCtx){t->x, t->Bm, t->Cm, t->z, t->dt, t->A, S, NULL};
 }
+
+/* the final application commits the SSD state */
+static void tok_apply(const void *c, const void *w, void *sv, float *out, const float *y, int commit, int B) {
+    State *s = sv;
+    s->tc.Sout = commit ? (float *)s->tc.S : NULL;
+    tok_f(c, w, &s->tc, &s->t.sb, out, y, s->t.mscratch, B);
+}
+
+static void tok_output(const void *cv, const void *wv, void *sv, float *out, const float *y, float *state, int B) {
+    (void)state;
+    const FpMamba2Cfg *c = cv;
+    const FpMamba2W *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
+    int E = c->E, D = c->D;
+    size_t BE = (size_t)B * E;
+    fpc_gate_out_fwd(out, t->zs, t->gy, y, s->yprev, t->z, c->glu_in_loop ? NULL : &w->zy, w->out_proj, B, E, D);
+    memcpy(s->yprev, y, BE * sizeof(float));
+}
+
+const FpLayerOps fp_mamba2_layer = {
+    .name = "fp_mamba2", .w_bytes = sizeof(FpMamba2W), .parts = parts, .add_params = add_params, .bind = bind,
+    .carve_fwd = carve_fwd, .prepare = prepare_row, .apply = apply, .output = output, .carve_bwd = carve_bwd,
+    .bwd_output = bwd_output, .bwd_step = bwd_step, .bwd_prepare = bwd_prepare, .state_floats = state_floats,
+    .carve_tok = carve_tok, .tok_prepare = tok_prepare, .tok_apply = tok_apply, .tok_output = tok_output,
+};

@@ -45,7 +45,8 @@ static void add_conv(ParamTable *t, const char *prefix, const char *name, int ch
     add(t, prefix, s, INIT_UNIFORM, a, 0, 1, ch, 0, 0);
 }
 
-void fp_rnn_add_params(const FpRnnCfg *c, ParamTable *t, const char *prefix, float out_scale) {
+static void add_params(const void *cv, ParamTable *t, const char *prefix, float out_scale) {
+    const FpRnnCfg *c = cv;
     int D = c->D, E = c->E, W = c->W;
     float aE = 1 / sqrtf((float)E);
     add(t, prefix, "in_proj.weight", INIT_UNIFORM, 1 / sqrtf((float)D), 1, 2, 2 * E, D, 0);
@@ -63,8 +64,6 @@ void fp_rnn_add_params(const FpRnnCfg *c, ParamTable *t, const char *prefix, flo
     add(t, prefix, "o_proj.weight", INIT_UNIFORM, out_scale * aE, 1, 2, D, E, 0);
 }
 
-size_t fp_rnn_eff_floats(const FpRnnCfg *c) { return mixer_eff_floats(&c->mix) + 16; }
-
 /* every tensor of the layer is required */
 static float *find(const ParamTable *t, float *block, const char *prefix, const char *suffix) {
     float *p = fpc_param_find(t, block, prefix, suffix);
@@ -72,8 +71,9 @@ static float *find(const ParamTable *t, float *block, const char *prefix, const 
     return p;
 }
 
-void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block, const char *prefix, float *eff) {
-    memset(w, 0, sizeof *w);
+static void bind(const void *cv, void *wv, const ParamTable *t, float *block, const char *prefix) {
+    (void)cv;
+    FpRnnW *w = wv;
     w->in_proj = find(t, block, prefix, "in_proj.weight");
     w->cx_w = find(t, block, prefix, "x_conv.weight");
     w->cx_b = find(t, block, prefix, "x_conv.bias");
@@ -91,17 +91,13 @@ void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block
     w->c_w = find(t, block, prefix, "c_proj.weight");
     w->norm_w = find(t, block, prefix, "norm.weight");
     w->o_proj = find(t, block, prefix, "o_proj.weight");
-    w->mixer = fpc_mixer_bind(&c->mix, t, block, prefix, eff);
 }
 
-void fp_rnn_unbind(FpRnnW *w) {
-    free(w->mixer);
-    w->mixer = NULL;
+static void parts(const void *cv, const void *wv, FpcParts *p) {
+    const FpRnnCfg *c = cv;
+    if (c) *p = (FpcParts){.D = c->D, .E = c->E, .n_back = c->n_back, .mix = &c->mix};
+    if (wv) p->mixer = &((FpRnnW *)wv)->mixer;
 }
-
-void fp_rnn_post_init(const FpRnnCfg *c, FpRnnW *w) { mixer_post_init(&c->mix, w->mixer); }
-void fp_rnn_refresh(const FpRnnCfg *c, FpRnnW *w) { mixer_refresh(&c->mix, w->mixer); }
-void fp_rnn_wn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw) { mixer_wn_bwd(&c->mix, w->mixer, dw->mixer); }
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 
@@ -156,17 +152,14 @@ static void carve_cache(const FpRnnCfg *c, Carve *k, FwdCache *f, int M, int n_b
 
 typedef struct {
     StepBufs ng;
-    float *Y, *solver, *mscratch;
-    FwdCache pre; /* prepare/output buffers when no cache is given */
+    float *Y, *mscratch;
 } FwdScratch;
 
-static void carve_fwd_scratch(const FpRnnCfg *c, Carve *k, FwdScratch *s, int B, int T, int with_pre) {
+static void carve_fwd_scratch(const FpRnnCfg *c, Carve *k, FwdScratch *s, int B, int T) {
     int M = B * T;
     carve_step(c, k, &s->ng, M, 0);
     s->Y = fpc_take(k, (size_t)M * c->E);
-    s->solver = fpc_take(k, fpo_scratch_floats((size_t)M * c->E, B));
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
-    if (with_pre) carve_cache(c, k, &s->pre, M, 0);
 }
 
 typedef struct {
@@ -194,22 +187,6 @@ static void carve_bwd_scratch(const FpRnnCfg *c, Carve *k, BwdScratch *s, int M)
     s->dcc = fpc_take(k, 2 * ME);
     s->dcin = fpc_take(k, 2 * ME);
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
-}
-
-size_t fp_rnn_cache_floats(const FpRnnCfg *c, int B, int T) {
-    Carve k = {0};
-    FwdCache f;
-    carve_cache(c, &k, &f, B * T, c->n_back);
-    return fpc_carved(&k);
-}
-
-size_t fp_rnn_scratch_floats(const FpRnnCfg *c, int B, int T) {
-    Carve k = {0}, kb = {0};
-    FwdScratch s;
-    BwdScratch b;
-    carve_fwd_scratch(c, &k, &s, B, T, 1);
-    carve_bwd_scratch(c, &kb, &b, B * T);
-    return fpc_carved(k.used > kb.used ? &k : &kb);
 }
 
 /* ---- small pieces ----------------------------------------------------------------------------- */
@@ -297,89 +274,68 @@ static void output_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, float *o
     k_linear_fwd(out, f->nrm, w->o_proj, NULL, M, E, c->D);
 }
 
-/* ---- forward / backward ------------------------------------------------------------------------ */
+/* ---- the row ------------------------------------------------------------------------------- */
 
 typedef struct {
-    const FpRnnCfg *c;
-    const FpRnnW *w;
-    const FwdCache *f;
-    StepBufs *ng;
-    float *mscratch;
-    int B, T;
-} SolveCtx;
+    const float *lam, *bx, *hprev, *p;
+    float *v, *xt, *mscratch;
+} TokCtx;
 
-static void solve_f(void *ctx, float *out, const float *h) {
-    SolveCtx *s = ctx;
-    float *keep = s->ng->h;
-    s->ng->h = out;
-    step_fwd(s->c, s->w, s->f, s->ng, h, s->mscratch, s->B, s->T);
-    s->ng->h = keep;
+typedef struct {
+    float *xpre, *z, *act[N_BR], *bg, *lam, *bx, *s, *p, *v, *xt, *Y, *h, *cin, *cc, *cg, *yv, *nrm, *mscratch;
+} TokBufs;
+
+/* The buffers of one call (fp_common.h's FpcState). */
+typedef struct {
+    FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
+    FwdScratch sc;
+    BwdScratch g;
+    TokBufs t;
+    TokCtx tc;
+    float *xwin, *cwin, *hprev; /* the state's parts */
+} State;
+_Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_rnn's buffers fit an FpcState");
+
+static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    const FpRnnCfg *c = cv;
+    State *s = sv;
+    carve_fwd_scratch(c, ks, &s->sc, B, T);
+    /* without a cache: the prepare and output buffers from the scratch */
+    carve_cache(c, kc ? kc : ks, &s->f, B * T, kc ? c->n_back : 0);
+    return s->sc.Y;
 }
 
-static int graded_and_output(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, FwdScratch *sc, float *out,
-                             int with_cache, int B, int T) {
-    size_t ME = (size_t)B * T * c->E;
-    const float *h = sc->Y;
-    for (int k = 0; k < c->n_back; k++) {
-        if (with_cache) {
-            step_fwd(c, w, f, &f->step[k], h, sc->mscratch, B, T);
-            h = f->step[k].h;
-        } else {
-            step_fwd(c, w, f, &sc->ng, h, sc->mscratch, B, T);
-            memcpy(sc->Y, sc->ng.h, ME * sizeof(float));
-        }
+static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
+    prepare(c, w, &((State *)sv)->f, u, B, T);
+}
+
+static const float *apply(const void *c, const void *w, void *sv, int k, float *hout, const float *hin, int B,
+                          int T) {
+    State *s = sv;
+    if (k >= 0) {
+        step_fwd(c, w, &s->f, &s->f.step[k], hin, s->sc.mscratch, B, T);
+        return s->f.step[k].h;
     }
-    output_fwd(c, w, f, out, h, B, T, with_cache);
-    return fpc_check_finite(out, (size_t)B * T * c->D, "fp_rnn");
-}
-
-static FwdCache *begin_fwd(const FpRnnCfg *c, const FpRnnW *w, FwdScratch *sc, FwdCache *fc, const float *u,
-                           float *cache, float *scratch, int B, int T) {
-    Carve ks = fpc_carve(scratch);
-    carve_fwd_scratch(c, &ks, sc, B, T, cache == NULL);
-    FwdCache *f = &sc->pre;
-    if (cache) {
-        Carve kc = fpc_carve(cache);
-        carve_cache(c, &kc, fc, B * T, c->n_back);
-        f = fc;
+    if (k == FPC_NOGRAD) {
+        step_fwd(c, w, &s->f, &s->sc.ng, hin, s->sc.mscratch, B, T);
+        return s->sc.ng.h;
     }
-    prepare(c, w, f, u, B, T);
-    return f;
+    float *keep = s->sc.ng.h; /* FPC_SOLVE: into hout */
+    s->sc.ng.h = hout;
+    step_fwd(c, w, &s->f, &s->sc.ng, hin, s->sc.mscratch, B, T);
+    s->sc.ng.h = keep;
+    return hout;
 }
 
-static int solve(const FpRnnCfg *c, const FpRnnW *w, FwdCache *f, FwdScratch *sc, const FpoOpts *opts,
-                 FpMambaStats *st, int B, int T) {
-    SolveCtx sx = {c, w, f, &sc->ng, sc->mscratch, B, T};
-    FpMap map = {.ctx = &sx, .n = (size_t)B * T * c->E, .nb = B, .f = solve_f};
-    return fpc_solve(&map, c->E, sc->Y, opts, st, 0, sc->solver);
+static void output(const void *c, const void *w, void *sv, float *out, const float *h, int with_cache, int B, int T) {
+    output_fwd(c, w, &((State *)sv)->f, out, h, B, T, with_cache);
 }
 
-int fp_rnn_fwd(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const FpoOpts *opts,
-               FpMambaStats *st, float *cache, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    int rc = solve(c, w, f, &sc, opts, st, B, T);
-    return rc ? rc : graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
-}
-
-int fp_rnn_solve(const FpRnnCfg *c, const FpRnnW *w, float *hstar, const float *u, const FpoOpts *opts,
-                 FpMambaStats *st, float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, NULL, scratch, B, T);
-    int rc = solve(c, w, f, &sc, opts, st, B, T);
-    memcpy(hstar, sc.Y, (size_t)B * T * c->E * sizeof(float));
-    return rc;
-}
-
-int fp_rnn_fwd_at(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const float *hstar, float *cache,
-                  float *scratch, int B, int T) {
-    FwdScratch sc;
-    FwdCache fc;
-    FwdCache *f = begin_fwd(c, w, &sc, &fc, u, cache, scratch, B, T);
-    memcpy(sc.Y, hstar, (size_t)B * T * c->E * sizeof(float));
-    return graded_and_output(c, w, f, &sc, out, cache != NULL, B, T);
+static void carve_bwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+    const FpRnnCfg *c = cv;
+    State *s = sv;
+    carve_cache(c, kc, &s->f, B * T, c->n_back);
+    carve_bwd_scratch(c, ks, &s->g, B * T);
 }
 
 /* dpre = dact ⊙ silu'(pre) (written) */
@@ -388,103 +344,99 @@ static void silu_back(float *dpre, const float *dact, const float *pre, size_t n
     k_silu_bwd(dpre, dact, pre, n);
 }
 
-void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const float *dout, const float *u,
-                const float *cache, float *scratch, int B, int T) {
+/* output: W_out, gated RMSNorm, c ⊙ h, W_c, conv_c over [x ; h] */
+static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
+                       float **dprev, int B, int T) {
+    const FpRnnCfg *c = cv;
+    const FpRnnW *w = wv;
+    FpRnnW *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
     int M = B * T, E = c->E, D = c->D, W = c->W;
     size_t ME = (size_t)M * E;
-    Carve kc = fpc_carve((float *)cache);
-    FwdCache fc, *f = &fc;
-    carve_cache(c, &kc, &fc, M, c->n_back);
-    Carve ks = fpc_carve(scratch);
-    BwdScratch g;
-    carve_bwd_scratch(c, &ks, &g, M);
     const float *h = f->step[c->n_back - 1].h;
-    memset(g.dz, 0, ME * sizeof(float));
-    memset(g.dx, 0, ME * sizeof(float));
-    memset(g.dlam, 0, ME * sizeof(float));
-    memset(g.dbx, 0, ME * sizeof(float));
-    memset(g.dxm, 0, ME * sizeof(float));
-    memset(g.dh, 0, ME * sizeof(float));
-    /* output: W_out, gated RMSNorm, c ⊙ h, W_c, conv_c over [x ; h] */
-    memset(g.dnrm, 0, ME * sizeof(float));
-    k_linear_bwd(g.dnrm, dw->o_proj, NULL, dout, f->nrm, w->o_proj, M, E, D);
-    memset(g.dyv, 0, ME * sizeof(float));
-    k_gated_rmsnorm_bwd(g.dyv, g.dz, dw->norm_w, g.dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
-    for (size_t i = 0; i < ME; i++) g.dh[i] += g.dyv[i] * f->cg[i];
-    memset(g.dt2, 0, ME * sizeof(float)); /* d cpre: yv = silu(cpre) h */
-    k_swiglu_bwd(g.dt2, NULL, g.dyv, f->cpre, h, ME);
-    memset(g.dcc, 0, 2 * ME * sizeof(float));
-    k_linear_bwd(g.dcc, dw->c_w, NULL, g.dt2, f->cc, w->c_w, M, 2 * E, E);
-    silu_back(g.dt1, g.dcc, f->ccpre, 2 * ME);
-    memset(g.dcin, 0, 2 * ME * sizeof(float));
-    k_conv1d_bwd(g.dcin, dw->cc_w, dw->cc_b, g.dt1, f->cin, w->cc_w, B, T, 2 * E, W);
+    memset(g->dz, 0, ME * sizeof(float));
+    memset(g->dx, 0, ME * sizeof(float));
+    memset(g->dlam, 0, ME * sizeof(float));
+    memset(g->dbx, 0, ME * sizeof(float));
+    memset(g->dxm, 0, ME * sizeof(float));
+    memset(g->dh, 0, ME * sizeof(float));
+    memset(g->dnrm, 0, ME * sizeof(float));
+    k_linear_bwd(g->dnrm, dw->o_proj, NULL, dout, f->nrm, w->o_proj, M, E, D);
+    memset(g->dyv, 0, ME * sizeof(float));
+    k_gated_rmsnorm_bwd(g->dyv, g->dz, dw->norm_w, g->dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
+    for (size_t i = 0; i < ME; i++) g->dh[i] += g->dyv[i] * f->cg[i];
+    memset(g->dt2, 0, ME * sizeof(float)); /* d cpre: yv = silu(cpre) h */
+    k_swiglu_bwd(g->dt2, NULL, g->dyv, f->cpre, h, ME);
+    memset(g->dcc, 0, 2 * ME * sizeof(float));
+    k_linear_bwd(g->dcc, dw->c_w, NULL, g->dt2, f->cc, w->c_w, M, 2 * E, E);
+    silu_back(g->dt1, g->dcc, f->ccpre, 2 * ME);
+    memset(g->dcin, 0, 2 * ME * sizeof(float));
+    k_conv1d_bwd(g->dcin, dw->cc_w, dw->cc_b, g->dt1, f->cin, w->cc_w, B, T, 2 * E, W);
     for (int m = 0; m < M; m++) {
-        const float *r = g.dcin + (size_t)m * 2 * E;
-        float *dxr = g.dx + (size_t)m * E, *dhr = g.dh + (size_t)m * E;
+        const float *r = g->dcin + (size_t)m * 2 * E;
+        float *dxr = g->dx + (size_t)m * E, *dhr = g->dh + (size_t)m * E;
         for (int i = 0; i < E; i++) {
             dxr[i] += r[i];
             dhr[i] += r[E + i];
         }
     }
-    /* graded steps, last first; the first step's input h* is a constant */
-    for (int k = c->n_back - 1; k >= 0; k--) {
-        float *dprev = k > 0 ? g.dhprev : NULL;
-        if (dprev) memset(dprev, 0, ME * sizeof(float));
-        step_bwd(c, w, dw, f, &f->step[k], &g, g.dh, dprev, B, T);
-        if (dprev) memcpy(g.dh, dprev, ME * sizeof(float));
-    }
-    /* prepare: λ = σ(W_λ x^λ + b_λ), bx = silu(W_b x^b) ⊙ x, then the four branch convs */
-    float *dact[N_BR] = {g.dx, g.dt1, g.dt1 + ME, g.dxm}; /* dt1 (2ME) holds d x^b | d x^λ */
-    memset(g.dt1, 0, 2 * ME * sizeof(float));
+    *dy = g->dh;
+    *dprev = g->dhprev;
+}
+
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dh, float *dhprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dh, dhprev, B, T);
+}
+
+/* prepare: λ = σ(W_λ x^λ + b_λ), bx = silu(W_b x^b) ⊙ x, then the four branch convs */
+static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
+                        int T) {
+    const FpRnnCfg *c = cv;
+    const FpRnnW *w = wv;
+    FpRnnW *dw = dwv;
+    State *s = sv;
+    FwdCache *f = &s->f;
+    BwdScratch *g = &s->g;
+    int M = B * T, E = c->E, D = c->D, W = c->W;
+    size_t ME = (size_t)M * E;
+    float *dact[N_BR] = {g->dx, g->dt1, g->dt1 + ME, g->dxm}; /* dt1 (2ME) holds d x^b | d x^λ */
+    memset(g->dt1, 0, 2 * ME * sizeof(float));
     for (size_t i = 0; i < ME; i++) {
         float l = f->lam[i];
-        g.dlam[i] *= l * (1.0f - l);
-        g.dx[i] += g.dbx[i] * f->bg[i];
+        g->dlam[i] *= l * (1.0f - l);
+        g->dx[i] += g->dbx[i] * f->bg[i];
     }
-    memset(g.dt2, 0, ME * sizeof(float)); /* d bpre: bx = silu(bpre) x */
-    k_swiglu_bwd(g.dt2, NULL, g.dbx, f->bpre, f->act[BR_X], ME);
-    k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g.dlam, f->act[BR_L], w->lam_w, M, E, E);
-    k_linear_bwd(dact[BR_B], dw->b_w, NULL, g.dt2, f->act[BR_B], w->b_w, M, E, E);
+    memset(g->dt2, 0, ME * sizeof(float)); /* d bpre: bx = silu(bpre) x */
+    k_swiglu_bwd(g->dt2, NULL, g->dbx, f->bpre, f->act[BR_X], ME);
+    k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g->dlam, f->act[BR_L], w->lam_w, M, E, E);
+    k_linear_bwd(dact[BR_B], dw->b_w, NULL, g->dt2, f->act[BR_B], w->b_w, M, E, E);
     float *cw[N_BR] = {w->cx_w, w->cb_w, w->cl_w, w->cm_w};
     float *dcw[N_BR] = {dw->cx_w, dw->cb_w, dw->cl_w, dw->cm_w}, *dcb[N_BR] = {dw->cx_b, dw->cb_b, dw->cl_b, dw->cm_b};
-    memset(g.dxpre, 0, ME * sizeof(float));
+    memset(g->dxpre, 0, ME * sizeof(float));
     for (int i = 0; i < N_BR; i++) {
-        silu_back(g.dnrm, dact[i], f->pre[i], ME); /* dnrm is free again */
-        k_conv1d_bwd(g.dxpre, dcw[i], dcb[i], g.dnrm, f->xpre, cw[i], B, T, E, W);
+        silu_back(g->dnrm, dact[i], f->pre[i], ME); /* dnrm is free again */
+        k_conv1d_bwd(g->dxpre, dcw[i], dcb[i], g->dnrm, f->xpre, cw[i], B, T, E, W);
     }
-    k_linear_bwd(du, dw->in_proj, NULL, g.dxpre, u, w->in_proj, M, D, E);
-    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, g.dz, u, w->in_proj + (size_t)E * D, M,
+    k_linear_bwd(du, dw->in_proj, NULL, g->dxpre, u, w->in_proj, M, D, E);
+    k_linear_bwd(du, dw->in_proj ? dw->in_proj + (size_t)E * D : NULL, NULL, g->dz, u, w->in_proj + (size_t)E * D, M,
                  D, E);
 }
 
 /* ---- sequential mode --------------------------------------------------------------------------- */
 
-typedef struct {
-    const FpRnnCfg *c;
-    const FpRnnW *w;
-    const float *lam, *bx, *hprev, *p;
-    float *v, *xt, *mscratch;
-    int B;
-} TokCtx;
-
-/* h' = λ ⊙ h_{t−1} + (1 − λ) ⊙ (Q(p)(bx − h) + h) for one token */
-static void tok_f(void *ctx, float *out, const float *h) {
-    TokCtx *t = ctx;
-    size_t BE = (size_t)t->B * t->c->E;
-    fpc_mix_apply(&t->c->mix, t->w->mixer, t->xt, t->v, t->p, NULL, t->bx, h, t->B, t->mscratch);
-    for (size_t i = 0; i < BE; i++) out[i] = t->lam[i] * t->hprev[i] + (1.0f - t->lam[i]) * t->xt[i];
-}
-
-size_t fp_rnn_state_floats(const FpRnnCfg *c, int B) {
+/* [pre-conv x window (E,W) | conv_c window (2E,W) | previous h (E)] per sequence */
+static size_t state_floats(const void *cv, int B) {
+    const FpRnnCfg *c = cv;
     return (size_t)B * ((size_t)c->E * c->W + 2 * (size_t)c->E * c->W + c->E);
 }
 
-typedef struct {
-    float *xpre, *z, *act[N_BR], *bg, *lam, *bx, *s, *p, *v, *xt, *Y, *h, *cin, *cc, *cg, *yv, *nrm, *solver,
-        *mscratch;
-} TokBufs;
-
-static void carve_tok(const FpRnnCfg *c, Carve *k, TokBufs *t, int B) {
+static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+    const FpRnnCfg *c = cv;
+    TokBufs *t = &((State *)sv)->t;
     size_t BE = (size_t)B * c->E;
     t->xpre = fpc_take(k, BE);
     t->z = fpc_take(k, BE);
@@ -503,59 +455,75 @@ static void carve_tok(const FpRnnCfg *c, Carve *k, TokBufs *t, int B) {
     t->cg = fpc_take(k, BE);
     t->yv = fpc_take(k, BE);
     t->nrm = fpc_take(k, BE);
-    t->solver = fpc_take(k, fpo_scratch_floats(BE, B));
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
+    *y = t->h;
+    return t->Y;
 }
 
-size_t fp_rnn_step_scratch_floats(const FpRnnCfg *c, int B) {
-    Carve k = {0};
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    return fpc_carved(&k);
-}
-
-int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, float *state, const FpoOpts *opts,
-                FpMambaStats *st, float *scratch, int B) {
+static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
+    const FpRnnCfg *c = cv;
+    const FpRnnW *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
     int E = c->E, D = c->D, W = c->W;
     size_t BE = (size_t)B * E;
-    Carve k = fpc_carve(scratch);
-    TokBufs t;
-    carve_tok(c, &k, &t, B);
-    float *xwin = state, *cwin = xwin + BE * W, *hprev = cwin + 2 * BE * W;
-    k_linear_fwd(t.xpre, u, w->in_proj, NULL, B, D, E);
-    k_linear_fwd(t.z, u, w->in_proj + (size_t)E * D, NULL, B, D, E);
+    s->xwin = state;
+    s->cwin = s->xwin + BE * W;
+    s->hprev = s->cwin + 2 * BE * W;
+    k_linear_fwd(t->xpre, u, w->in_proj, NULL, B, D, E);
+    k_linear_fwd(t->z, u, w->in_proj + (size_t)E * D, NULL, B, D, E);
     /* the four convs read the same window: only the last call commits it */
     const float *cw[N_BR] = {w->cb_w, w->cl_w, w->cm_w, w->cx_w}, *cb[N_BR] = {w->cb_b, w->cl_b, w->cm_b, w->cx_b};
-    float *dst[N_BR] = {t.act[BR_B], t.act[BR_L], t.act[BR_M], t.act[BR_X]};
+    float *dst[N_BR] = {t->act[BR_B], t->act[BR_L], t->act[BR_M], t->act[BR_X]};
     for (int i = 0; i < N_BR; i++) {
-        k_conv1d_step(dst[i], i == N_BR - 1 ? xwin : NULL, xwin, t.xpre, cw[i], cb[i], B, E, W);
+        k_conv1d_step(dst[i], i == N_BR - 1 ? s->xwin : NULL, s->xwin, t->xpre, cw[i], cb[i], B, E, W);
         k_silu_fwd(dst[i], dst[i], BE);
     }
-    k_linear_fwd(t.bg, t.act[BR_B], w->b_w, NULL, B, E, E);
-    k_silu_fwd(t.bg, t.bg, BE);
-    k_linear_fwd(t.lam, t.act[BR_L], w->lam_w, w->lam_b, B, E, E);
-    k_sigmoid(t.lam, t.lam, NULL, B, E);
-    for (size_t i = 0; i < BE; i++) t.bx[i] = t.bg[i] * t.act[BR_X][i];
+    k_linear_fwd(t->bg, t->act[BR_B], w->b_w, NULL, B, E, E);
+    k_silu_fwd(t->bg, t->bg, BE);
+    k_linear_fwd(t->lam, t->act[BR_L], w->lam_w, w->lam_b, B, E, E);
+    k_sigmoid(t->lam, t->lam, NULL, B, E);
+    for (size_t i = 0; i < BE; i++) t->bx[i] = t->bg[i] * t->act[BR_X][i];
     /* s = h*_{t−1} is fixed during the token's iterations, and so is p */
-    fpc_make_p(t.p, t.act[BR_M], hprev, B, E, c->h_dep, c->symm);
-    TokCtx tc = {c, w, t.lam, t.bx, hprev, t.p, t.v, t.xt, t.mscratch, B};
-    FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};
-    int rc = fpc_solve(&map, E, t.Y, opts, st, 1, t.solver);
-    if (rc) return rc;
-    for (int kk = 0; kk < c->n_back; kk++) {
-        tok_f(&tc, t.h, t.Y);
-        memcpy(t.Y, t.h, BE * sizeof(float));
-    }
-    for (int b = 0; b < B; b++) {
-        memcpy(t.cin + (size_t)b * 2 * E, t.act[BR_X] + (size_t)b * E, (size_t)E * sizeof(float));
-        memcpy(t.cin + (size_t)b * 2 * E + E, t.h + (size_t)b * E, (size_t)E * sizeof(float));
-    }
-    k_conv1d_step(t.cc, cwin, cwin, t.cin, w->cc_w, w->cc_b, B, 2 * E, W);
-    k_silu_fwd(t.cc, t.cc, 2 * BE);
-    k_linear_fwd(t.cg, t.cc, w->c_w, NULL, B, 2 * E, E);
-    k_swiglu_fwd(t.yv, t.cg, t.h, BE);
-    k_gated_rmsnorm_fwd(t.nrm, NULL, t.yv, t.z, w->norm_w, B, E, c->eps);
-    k_linear_fwd(out, t.nrm, w->o_proj, NULL, B, E, D);
-    memcpy(hprev, t.h, BE * sizeof(float));
-    return fpc_check_finite(out, (size_t)B * D, "fp_rnn");
+    fpc_make_p(t->p, t->act[BR_M], s->hprev, B, E, c->h_dep, c->symm);
+    s->tc = (TokCtx){t->lam, t->bx, s->hprev, t->p, t->v, t->xt, t->mscratch};
 }
+
+/* h' = λ ⊙ h_{t−1} + (1 − λ) ⊙ (Q(p)(bx − h) + h) for one token; no state in the loop */
+static void tok_apply(const void *cv, const void *wv, void *sv, float *out, const float *h, int commit, int B) {
+    (void)commit;
+    const FpRnnCfg *c = cv;
+    const FpRnnW *w = wv;
+    TokCtx *t = &((State *)sv)->tc;
+    size_t BE = (size_t)B * c->E;
+    fpc_mix_apply(&c->mix, w->mixer, t->xt, t->v, t->p, NULL, t->bx, h, B, t->mscratch);
+    for (size_t i = 0; i < BE; i++) out[i] = t->lam[i] * t->hprev[i] + (1.0f - t->lam[i]) * t->xt[i];
+}
+
+static void tok_output(const void *cv, const void *wv, void *sv, float *out, const float *h, float *state, int B) {
+    (void)state;
+    const FpRnnCfg *c = cv;
+    const FpRnnW *w = wv;
+    State *s = sv;
+    TokBufs *t = &s->t;
+    int E = c->E, D = c->D, W = c->W;
+    size_t BE = (size_t)B * E;
+    for (int b = 0; b < B; b++) {
+        memcpy(t->cin + (size_t)b * 2 * E, t->act[BR_X] + (size_t)b * E, (size_t)E * sizeof(float));
+        memcpy(t->cin + (size_t)b * 2 * E + E, h + (size_t)b * E, (size_t)E * sizeof(float));
+    }
+    k_conv1d_step(t->cc, s->cwin, s->cwin, t->cin, w->cc_w, w->cc_b, B, 2 * E, W);
+    k_silu_fwd(t->cc, t->cc, 2 * BE);
+    k_linear_fwd(t->cg, t->cc, w->c_w, NULL, B, 2 * E, E);
+    k_swiglu_fwd(t->yv, t->cg, h, BE);
+    k_gated_rmsnorm_fwd(t->nrm, NULL, t->yv, t->z, w->norm_w, B, E, c->eps);
+    k_linear_fwd(out, t->nrm, w->o_proj, NULL, B, E, D);
+    memcpy(s->hprev, h, BE * sizeof(float));
+}
+
+const FpLayerOps fp_rnn_layer = {
+    .name = "fp_rnn", .w_bytes = sizeof(FpRnnW), .parts = parts, .add_params = add_params, .bind = bind,
+    .carve_fwd = carve_fwd, .prepare = prepare_row, .apply = apply, .output = output, .carve_bwd = carve_bwd,
+    .bwd_output = bwd_output, .bwd_step = bwd_step, .bwd_prepare = bwd_prepare, .state_floats = state_floats,
+    .carve_tok = carve_tok, .tok_prepare = tok_prepare, .tok_apply = tok_apply, .tok_output = tok_output,
+};

@@ -1,7 +1,8 @@
 /* fp_rnn.h: the vector-state Fixed-Point RNN layer "FPRNN" (spec fp-rnn §1.1, §3.3, Fig. 3): a
  * diagonal linear RNN whose input is mixed by Q(p), iterated in depth to the fixed point of the
- * implied dense RNN. Same structure as FPMamba1 (fp_mamba.h): prepare / one fixed-point step /
- * the FixedPointOptimizer solve (src/fixedpoint/fpo.h) / n_backwards graded steps / output.
+ * implied dense RNN. Same structure as FPMamba1 (fp_mamba.h), driven through fp_layer.h with the
+ * row fp_rnn_layer: prepare / one fixed-point step / the caller's solve / n_backwards graded
+ * steps / output.
  *
  * Prepare (once per forward, differentiable), E = expand·D channels:
  *   [x ; z] = W_in u
@@ -13,7 +14,7 @@
  *   x̃ = Q(p)(bx − h) + h;   h'_t = λ_t ⊙ h'_{t−1} + (1 − λ_t) ⊙ x̃_t   (h'_0 = 0, diagonal scan)
  * Without hidden-state dependence the fixed point is the dense linear RNN of spec §1.1:
  *   (Λ_t + (I − Λ_t) Q_t) h_t = Λ_t h_{t−1} + (I − Λ_t) Q_t (b_t ⊙ x_t).
- * Forward: h* = FixedPointOptimizer(f) without gradient, n_backwards undamped graded steps from
+ * Forward: h* = the caller's solve of f without gradient, n_backwards undamped graded steps from
  * h* (constant), then
  *   c = silu(W_c silu(conv_c([x ; h])))   (conv over the 2E concatenated channels, h unshifted)
  *   out = W_out RMSNorm(silu(z) ⊙ c ⊙ h) · norm_w
@@ -36,10 +37,7 @@
 
 #include <stddef.h>
 
-#include "../fixedpoint/fpo.h"
-#include "../core/params.h"
-#include "fp_mamba.h"
-#include "fp_mamba2.h"
+#include "fp_layer.h"
 #include "mixer.h"
 
 typedef struct {
@@ -70,47 +68,14 @@ typedef struct {
     float *c_w;                /* (E, 2E) W_c */
     float *norm_w;             /* (E) */
     float *o_proj;             /* (D, E) W_out */
-    MixerW *mixer;             /* owned by the binding (fp_rnn_bind allocates, fp_rnn_unbind frees) */
+    MixerW *mixer;             /* owned by the binding (fp_layer_bind allocates, fp_layer_unbind frees) */
 } FpRnnW;
 
-/* Add the layer's tensors (prefix + ".in_proj.weight", ".x_conv.*", ".b_conv.*", ".lam_conv.*",
- * ".mix_conv.*", ".c_conv.*", ".lam_proj.weight/bias", ".b_proj.weight", ".c_proj.weight",
- * ".mixer.*", ".norm.weight", ".o_proj.weight") to t. out_scale divides the o_proj init (the
- * reference leaves it at 1). PyTorch default inits, linear biases 0 (spec §3.4). */
-void fp_rnn_add_params(const FpRnnCfg *c, ParamTable *t, const char *prefix, float out_scale);
-/* Floats of effective (weight-normalised) weights: the mixer's. */
-size_t fp_rnn_eff_floats(const FpRnnCfg *c);
-void fp_rnn_bind(const FpRnnCfg *c, FpRnnW *w, const ParamTable *t, float *block, const char *prefix, float *eff);
-void fp_rnn_unbind(FpRnnW *w);
-/* After the table's init rules: the mixer's weight-norm g = ||v|| (and nonselective base). */
-void fp_rnn_post_init(const FpRnnCfg *c, FpRnnW *w);
-/* Effective mixer weights from (g, v): once per model forward. */
-void fp_rnn_refresh(const FpRnnCfg *c, FpRnnW *w);
-/* After a backward: effective-weight gradients → dg, dv (caller zeroes deff before the backward). */
-void fp_rnn_wn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw);
-
-size_t fp_rnn_cache_floats(const FpRnnCfg *c, int B, int T);
-size_t fp_rnn_scratch_floats(const FpRnnCfg *c, int B, int T);
-
-/* Forward over u:(B,T,D); out:(B,T,D) written. cache NULL = no backward follows. st may be NULL.
- * Returns IM_OK or IM_ENUM (non-finite iterate or output). */
-int fp_rnn_fwd(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const FpoOpts *opts,
-               FpMambaStats *st, float *cache, float *scratch, int B, int T);
-/* The same forward with the solve replaced by a given h*:(B,T,E). */
-int fp_rnn_fwd_at(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, const float *hstar, float *cache,
-                  float *scratch, int B, int T);
-/* Only the solve: hstar:(B,T,E) receives h* (the iterate the graded steps start from). */
-int fp_rnn_solve(const FpRnnCfg *c, const FpRnnW *w, float *hstar, const float *u, const FpoOpts *opts,
-                 FpMambaStats *st, float *scratch, int B, int T);
-/* Backward of the last caching forward: du:(B,T,D) +=, dw += (effective side for the mixer). */
-void fp_rnn_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, float *du, const float *dout, const float *u,
-                const float *cache, float *scratch, int B, int T);
-
-/* State layout: x windows (B,E,W) | conv_c windows (B,2E,W) | previous h (B,E); zeros = empty. */
-size_t fp_rnn_state_floats(const FpRnnCfg *c, int B);
-size_t fp_rnn_step_scratch_floats(const FpRnnCfg *c, int B);
-/* One token: u:(B,D) → out:(B,D); state updated in place. st accumulates (iters, tokens). */
-int fp_rnn_step(const FpRnnCfg *c, const FpRnnW *w, float *out, const float *u, float *state, const FpoOpts *opts,
-                FpMambaStats *st, float *scratch, int B);
+/* Its tensors: prefix + ".in_proj.weight", ".x_conv.*", ".b_conv.*", ".lam_conv.*", ".mix_conv.*",
+ * ".c_conv.*", ".lam_proj.weight/bias", ".b_proj.weight", ".c_proj.weight", ".mixer.*",
+ * ".norm.weight", ".o_proj.weight"; out_scale divides the o_proj init (the reference leaves it
+ * at 1). PyTorch default inits, linear biases 0 (spec §3.4).
+ * The state per sequence (fp_layer_step): x window (E,W) | conv_c window (2E,W) | previous h (E);
+ * zeros = the empty prefix. */
 
 #endif

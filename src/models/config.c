@@ -21,6 +21,7 @@ static const char *model_key_choices(const char *key) {
     if (!strcmp(key, "mixer_type")) return mixer_type_names();
     if (!strcmp(key, "mixer_ac")) return mixer_ac_names();
     if (!strcmp(key, "f_solver") || !strcmp(key, "b_solver")) return fp_solver_names(FP_USE_SOLVE);
+    if (!strcmp(key, "fp_solver")) return fp_solver_names(FP_USE_FPRNN);
     return NULL;
 }
 const KeyTab model_keytab = {"model", MODEL_KEYS, (int)(sizeof MODEL_KEYS / sizeof MODEL_KEYS[0]), MODEL_BOUNDS,
@@ -85,6 +86,8 @@ static int fp_validate(const ModelCfg *c) {
         BAD("config key 'fp_gamma': unknown '%s' (code | paper)", c->fp_gamma);
     if (c->fp_max_iter == 0) BAD("config key 'fp_max_iter': 0 must be 1..100000 or < 0 (random)");
     if (!(c->fp_threshold > 0)) BAD("config key 'fp_threshold' must be > 0");
+    if (fp_solver_parse(c->fp_solver, FP_USE_FPRNN) < 0)
+        BAD("config key 'fp_solver': unknown '%s' (%s)", c->fp_solver, fp_solver_names(FP_USE_FPRNN));
     if (!(c->fp_step0 > 0 && c->fp_step0 <= 1)) BAD("config key 'fp_step0' must be in (0, 1]");
     if (!(c->fp_decay > 0 && c->fp_decay <= 1)) BAD("config key 'fp_decay' must be in (0, 1]");
     if (!(c->fp_outlier_q >= 0 && c->fp_outlier_q < 1)) BAD("config key 'fp_outlier_q' must be in [0, 1)");

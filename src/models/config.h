@@ -70,7 +70,8 @@
     X(FLOAT, fp_decay, 0.9, "step size decay after `fp_patience` iterations without progress")     \
     X(INT, fp_patience, 15, "iterations without a new best residual before the step decays")        \
     X(FLOAT, fp_outlier_q, 0.25, "training stops when the (1 - q) quantile of the batch converged") \
-    X(INT, fp_eval_cap, 1000, "evaluation cap on iterations (all sequences must converge)")
+    X(INT, fp_eval_cap, 1000, "evaluation cap on iterations (all sequences must converge)")         \
+    X(STR, fp_solver, "fixed_point_optimizer", "solver of the fixed-point layers (the reference's FixedPointOptimizer by default)")
 
 /* Implicit models (spec implicit-lm §2-§6, names of the reference's deq_params where they exist). */
 #define DEQ_CFG_KEYS(X)                                                                            \

@@ -17,8 +17,8 @@
  * Registered kinds (lm_resid.c, table KINDS; the model name picks the kind):
  *   "mamba1"    Mamba-1 mixer (layers/mamba1.h), spec §5.2.
  *   "fp_mamba"  FP-Mamba fixed-point mixer (layers/fp_mamba.h, kind in lm_fp.c), spec §3.1.
- *   "fp_mamba2" FPMamba2 (layers/fp_mamba2.h, kind in lm_fp2.c), spec §3.2.
- *   "fp_rnn"    the vector FP-RNN (layers/fp_rnn.h, kind in lm_fp2.c), spec §3.3.
+ *   "fp_mamba2" FPMamba2 (layers/fp_mamba2.h, kind in lm_fp.c), spec §3.2.
+ *   "fp_rnn"    the vector FP-RNN (layers/fp_rnn.h, kind in lm_fp.c), spec §3.3.
  * Adding a kind: write an LmMixerKind (ideally in its own file, declared here),
  * add it to KINDS in lm_resid.c, define its ModelType with LM_RESID_TYPE there and list that in
  * model.c's registry.
