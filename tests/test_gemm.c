@@ -118,11 +118,13 @@ static void pb_ref_fn(int ta, int tb, int M, int N, int K, float alpha, const fl
 static const float AB[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.7f, 0.5f}};
 
 static void test_parity(void) {
-    /* few rows: M across the kernels' 1/2/4-row blocks, N across the 8-row W blocks, the vector
+    /* few rows: M across the kernels' 1/2/4-row blocks, N across the 4 or 8 runs of weight rows
+     * walked together (runs of 1 row and more, with 1 to 7 rows left after them), the vector
      * widths and the 512-column blocks, K across the vector width (tails) */
     static const int small[][3] = {{1, 1, 1},   {1, 7, 5},    {2, 9, 16},  {3, 17, 33},  {4, 33, 15},
                                    {5, 8, 64},  {7, 65, 300}, {8, 520, 17}, {9, 3, 40},  {16, 100, 77},
-                                   {1, 1030, 3}, {2, 5, 0},   {17, 31, 9}};
+                                   {1, 1030, 3}, {2, 5, 0},   {17, 31, 9}, {1, 61, 290}, {2, 803, 40},
+                                   {3, 23, 19},  {7, 13, 50}, {1, 15, 16}};
     /* packed: across MR (6, 12), NR (8..32), KC (256, 512) and the 2048-column NC block */
     static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31},
                                  {12, 2050, 9}, {40, 3, 300},  {20, 40, 1030}};

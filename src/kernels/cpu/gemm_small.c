@@ -4,9 +4,10 @@
  * A packing GEMM copies all of op(B) (the weight) before it uses it, and with few rows of A it then
  * uses each packed element only M times: for a matrix-vector product the copy costs as much as the
  * product. Here op(B) is streamed once, in place, and every element read is used for all M rows:
- *   transB = 1 (y = x W^T, W stored (N, K): the Linear forward): "dot" form. A block of NB rows of
- *     W and MB rows of op(A) keep MB x NB vector accumulators along K, reduced at the end by a fixed
- *     lane tree (hsum4); the K tail (K mod VW) is one scalar sum per output, added after.
+ *   transB = 1 (y = x W^T, W stored (N, K): the Linear forward): "dot" form. S rows of W (the
+ *     next row of each of S runs of adjacent rows, so the weights are read as S sequential
+ *     streams) and MB rows of op(A) keep MB x S vector accumulators along K, reduced at the end by
+ *     a fixed lane tree (hsum4); the K tail (K mod VW) is one scalar sum per output, added after.
  *   transB = 0 (dx = dy W, B stored (K, N)): "axpy" form. Rows of C for up to 4 rows of op(A)
  *     are accumulated in an L1-resident block of up to 512 columns, y += a[i, k] B[k, :], whole
  *     rows of B streamed in order, four rows of B fused per pass over y.
@@ -14,8 +15,8 @@
  * tiny next to the K N of B) in the dot form.
  *
  * Determinism: each C element is one accumulator chain in k order plus a fixed reduction, whatever
- * block it falls in (rows past the edge of a block re-read the last row and are dropped), and
- * threads split only the N columns, in whole blocks. So the result is the same at any thread count.
+ * run, call or block it falls in (rows past the edge of a call re-read its last row and are
+ * dropped), and threads split only the N columns, in whole blocks. So the result is the same at any thread count.
  * The vector code uses GNU C vector types (gcc, clang): VW = 16 floats with AVX-512, 8 with AVX2,
  * 4 (SSE2) otherwise; -ffp-contract=fast makes acc += a * b one FMA where the ISA has one.
  * Out of scope: large M (the blocked GEMM, gemm.c), strided C columns.
@@ -95,61 +96,68 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
 
 /* ---- dot form: C[i, j] = sum_k opA[i, k] W[j, k] ------------------------------------------- */
 
-/* out[i][j] = <x_i, w_j> for MB rows of X (row stride ldx, m valid) and NB rows of W (ldw, n
- * valid): MB x NB accumulator vectors, one load of each W vector per k step. */
-#define DEFINE_DOT(MB, NB)                                                                         \
-    static IM_NOINLINE void dot_##MB##x##NB(int K, const float *X, size_t ldx, int m,            \
-                                            const float *W, size_t ldw, int n,                   \
-                                            float out[][DOT_NB], int oc) {                                 \
-        const float *x[MB], *w[NB];                                                               \
+/* The access order. The weight rows are read as DOT_S = 4 sequential streams far apart: a range
+ * of n rows is cut into four runs of n / 4 adjacent rows, and one kernel call takes the next row
+ * of each run, so each run is read front to back (the rows of a run are adjacent in memory). From
+ * DRAM the hardware prefetchers follow a few streams in distinct pages; they lost track of the
+ * previous order, eight adjacent rows side by side (eight streams a row apart that restart every
+ * eight rows), which ran at half the bandwidth. Measured on Zen 4 (AVX-512, one thread, loaded
+ * machine, GB/s of weights, M = 1): 37 MB of rows with K = 288 (a 32000-word classifier), 8-16
+ * eight rows side by side, 22-25 one row at a time, 26 in four runs; rows in L2 (N = K = 288)
+ * 116 / 96 / 116: one row at a time leaves one chain to the FMA latency, four runs keep 4 MB
+ * independent chains. The sums do not depend on the order: each output is one vector chain in k
+ * order, then hsum4, then the scalar K tail, whichever run, call or thread it falls in. */
+#define DOT_S_MAX 8
+
+/* out[i][s] = <x_i, w_s> for MB rows of X (row stride ldx, m valid) and S weight rows w[s] (n
+ * valid; the others re-read the last row and are dropped): MB x S accumulator vectors, one load
+ * of each weight vector per k step. */
+#define DEFINE_DOT(MB, S)                                                                          \
+    static IM_NOINLINE void dot_##MB##x##S(int K, const float *X, size_t ldx, int m,             \
+                                           const float *const *W, int n, float out[][DOT_S_MAX]) { \
+        const float *x[MB], *w[S];                                                                \
         for (int i = 0; i < MB; i++) x[i] = X + (size_t)(i < m ? i : m - 1) * ldx;               \
-        for (int j = 0; j < NB; j++) w[j] = W + (size_t)(j < n ? j : n - 1) * ldw;               \
-        vf acc[MB][NB];                                                                           \
+        for (int s = 0; s < S; s++) w[s] = W[s < n ? s : n - 1];                                  \
+        vf acc[MB][S];                                                                            \
         for (int i = 0; i < MB; i++)                                                              \
-            for (int j = 0; j < NB; j++) acc[i][j] = (vf){0};                                     \
+            for (int s = 0; s < S; s++) acc[i][s] = (vf){0};                                      \
         int k = 0;                                                                                \
         for (; k + VW <= K; k += VW) {                                                            \
-            vf wv[NB];                                                                            \
-            for (int j = 0; j < NB; j++) wv[j] = vload(w[j] + k);                                 \
+            vf wv[S];                                                                             \
+            for (int s = 0; s < S; s++) wv[s] = vload(w[s] + k);                                  \
             for (int i = 0; i < MB; i++) {                                                        \
                 vf xv = vload(x[i] + k);                                                          \
-                for (int j = 0; j < NB; j++) acc[i][j] += xv * wv[j];                             \
+                for (int s = 0; s < S; s++) acc[i][s] += xv * wv[s];                              \
             }                                                                                     \
         }                                                                                         \
         for (int i = 0; i < MB; i++)                                                              \
-            for (int j = 0; j < NB; j += 4)                                                       \
-                hsum4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3], &out[i][oc + j]);        \
+            for (int s = 0; s < S; s += 4)                                                        \
+                hsum4(acc[i][s], acc[i][s + 1], acc[i][s + 2], acc[i][s + 3], &out[i][s]);        \
         if (k < K)                                                                                \
             for (int i = 0; i < MB; i++)                                                          \
-                for (int j = 0; j < NB; j++) {                                                    \
+                for (int s = 0; s < S; s++) {                                                     \
                     float t = 0.0f;                                                               \
-                    for (int kk = k; kk < K; kk++) t += x[i][kk] * w[j][kk];                      \
-                    out[i][oc + j] += t;                                                               \
+                    for (int kk = k; kk < K; kk++) t += x[i][kk] * w[s][kk];                      \
+                    out[i][s] += t;                                                               \
                 }                                                                                 \
     }
 
-/* Register budgets: MB x NB accumulators plus the loaded W vectors must fit the vector file
- * (32 zmm, 16 ymm/xmm), with at least 8 independent chains (FMA latency x pipes) at M = 1; and
- * enough W rows per call, as with K ~ 300 the reduction and call overhead weigh against 18 vector
- * steps, but not so many that the prefetchers lose the streams (AVX-512, M = 1, GB/s at
- * K = N = 288 / 2048: 63 / - with 4 rows per call, 78 / 58 with 8, 74 / 30 with 16). Blocks are
- * DOT_NB = 8 rows of W, each covered by one or two calls of the kernel for the rows left. */
-#define DOT_NB 8
-#if defined(__AVX512F__)
+/* Register budgets: MB x S accumulators plus the S loaded weight vectors fit the vector file
+ * (32 zmm; 16 ymm / xmm), with at least 8 independent chains where the registers allow (FMA
+ * latency x pipes; in L2 at M = 1, S = 4 ran 18% below S = 8). A product uses S = dot_runs(M)
+ * runs throughout; its rows of op(A) go MB_MAX at a time, the last ones through a narrower kernel
+ * of the same S. */
 DEFINE_DOT(1, 8)
-DEFINE_DOT(2, 8)
-DEFINE_DOT(4, 4) /* 16 accumulators; 8 loads per 16 FMAs */
-#define DOT_K1 dot_1x8
-#define DOT_K2 dot_2x8
-#define DOT_K4 dot_4x4
-enum { NB1 = 8, NB2 = 8, NB4 = 4 };
-#else
-DEFINE_DOT(1, 8)
+DEFINE_DOT(1, 4)
 DEFINE_DOT(2, 4)
-#define DOT_K1 dot_1x8
-#define DOT_K2 dot_2x4
-#define DOT_K4 dot_2x4 /* no 4-row kernel in 16 registers: two rows at a time */
-enum { NB1 = 8, NB2 = 4, NB4 = 4 };
+#if defined(__AVX512F__)
+DEFINE_DOT(2, 8) /* 16 accumulators + 8 weight vectors */
+DEFINE_DOT(4, 4) /* 16 accumulators; 8 loads per 16 FMAs */
+#define DOT_MB_MAX 4
+static int dot_runs(int M) { return M <= 2 ? 8 : 4; }
+#else
+#define DOT_MB_MAX 2 /* no 4-row kernel in 16 registers: two rows at a time */
+static int dot_runs(int M) { return M == 1 ? 8 : 4; }
 #endif
 
 /* The operands of one small-M product. A is op(A) as rows (sai, sak strides). */
@@ -169,30 +177,40 @@ static inline void put(float *c, float s, float alpha, float beta) {
     *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
 }
 
-/* Columns [j0, j1) of C in the dot form; op(A) rows are contiguous (sak = 1). */
-static void dot_cols(const SmallArgs *g, int j0, int j1) {
+/* C[:, col[s]] for the S (n valid) weight rows col[s], every row of op(A), DOT_MB_MAX at a time. */
+static void dot_rows(const SmallArgs *g, int S, const int *col, int n) {
     size_t ldx = g->sai, ldw = (size_t)g->ldb;
-    for (int j = j0; j < j1; j += DOT_NB) {
-        int n = imin(DOT_NB, j1 - j);
-        const float *w = g->B + (size_t)j * ldw;
-        for (int i = 0; i < g->M;) {
-            int left = g->M - i;
-            int m = left == 1 ? 1 : left == 2 || NB4 == NB2 ? 2 : imin(4, left);
-            int nb = m == 1 ? NB1 : m == 2 ? NB2 : NB4;
-            float out[4][DOT_NB];
-            const float *x = g->A + (size_t)i * ldx;
-            for (int c = 0; c < n; c += nb) {
-                int nc = imin(nb, n - c);
-                if (m == 1) DOT_K1(g->K, x, ldx, 1, w + c * ldw, ldw, nc, out, c);
-                else if (m == 2) DOT_K2(g->K, x, ldx, 2, w + c * ldw, ldw, nc, out, c);
-                else DOT_K4(g->K, x, ldx, m, w + c * ldw, ldw, nc, out, c);
-            }
-            for (int r = 0; r < m; r++)
-                for (int c = 0; c < n; c++)
-                    put(g->C + (size_t)(i + r) * g->ldc + j + c, out[r][c], g->alpha, g->beta);
-            i += m;
-        }
+    const float *w[DOT_S_MAX];
+    for (int s = 0; s < n; s++) w[s] = g->B + (size_t)col[s] * ldw;
+    for (int i = 0; i < g->M;) {
+        int m = imin(g->M - i, DOT_MB_MAX);
+        float out[DOT_MB_MAX][DOT_S_MAX];
+        const float *x = g->A + (size_t)i * ldx;
+        if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, n, out);
+        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, n, out);
+#if DOT_MB_MAX == 4
+        else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, n, out);
+        else if (m > 2) dot_4x4(g->K, x, ldx, m, w, n, out);
+#endif
+        else dot_2x4(g->K, x, ldx, 2, w, n, out);
+        for (int r = 0; r < m; r++)
+            for (int s = 0; s < n; s++)
+                put(g->C + (size_t)(i + r) * g->ldc + col[s], out[r][s], g->alpha, g->beta);
+        i += m;
     }
+}
+
+/* Columns [j0, j1) of C in the dot form; op(A) rows are contiguous (sak = 1). S runs of q rows,
+ * walked together, then the n mod S rows left, also together. */
+static void dot_cols(const SmallArgs *g, int j0, int j1) {
+    int S = dot_runs(g->M), q = (j1 - j0) / S, col[DOT_S_MAX];
+    for (int r = 0; r < q; r++) {
+        for (int s = 0; s < S; s++) col[s] = j0 + s * q + r;
+        dot_rows(g, S, col, S);
+    }
+    int left = j1 - j0 - S * q;
+    for (int s = 0; s < left; s++) col[s] = j0 + S * q + s;
+    if (left) dot_rows(g, S, col, left);
 }
 
 /* ---- axpy form: C[i, j0 ..] = sum_k opA[i, k] B[k, j0 ..] ----------------------------------- */
@@ -288,7 +306,7 @@ void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, cons
                    B, ldb, C, ldc};
     int nt = kt_team((double)N * K * (M * SMALL_NS_MAC + SMALL_NS_WEIGHT), N);
     /* Threads own whole column blocks: [blk * t / nt, blk * (t+1) / nt) of `blk` blocks. */
-    int bw = transB ? DOT_NB : VW, blk = (N + bw - 1) / bw;
+    int bw = transB ? 8 : VW, blk = (N + bw - 1) / bw;
     nt = imin(nt, blk);
     if (transB && transA) { /* the dot form wants op(A) rows contiguous: copy them (M x K) */
         float *ap = kscratch_floats(KS_GEMM_SMALL, (size_t)M * K);
