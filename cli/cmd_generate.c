@@ -160,7 +160,7 @@ int cmd_generate(int argc, char **argv) {
     go.stop = a.stop && *a.stop ? a.stop : NULL;
     int echo = (int)a.echo;
     Model m;
-    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config, .map = 1});
     if (rc_load) return fail(cli_load_hint(rc_load));
     Tokenizer *tok;
     if (gen_load_tokenizer(&tok, ckpt, tok_spec_arg, &m)) {

@@ -74,7 +74,7 @@ int cmd_mc(int argc, char **argv) {
     if (mc_load(&task, task_path, limit))
         return fail("one JSON object per line: {\"context\": ..., \"choices\": [...], \"gold\": N}");
     Model m;
-    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
+    int rc_load = gen_load_model(&m, ckpt, kv, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config, .map = 1});
     if (rc_load) {
         mc_free(&task);
         return fail(cli_load_hint(rc_load));

@@ -326,7 +326,7 @@ int cmd_eval(int argc, char **argv) {
     if (!opts_get(&eval_cmd, &a, argc, argv, &o, &rc)) return rc;
     Model m;
     TaskCfg tc;
-    rc = eval_load(&m, &tc, &o, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config});
+    rc = eval_load(&m, &tc, &o, &(CkptLoadOpts){.allow_nonfinite = a.allow_nonfinite, .config_path = a.config, .map = 1});
     const char *ckpt = o.pos[0];   /* an argv string: outlives o */
     opts_free(&o);
     if (rc) return 1;

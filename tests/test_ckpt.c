@@ -275,6 +275,69 @@ static void nonfinite(void) {
     model_free(&m);
 }
 
+/* Loading with .map = 1: our own file is used in place (the model's weights are the mapping),
+ * equal to the copied load; writing to them does not reach the file (copy-on-write); a file whose
+ * tensors are laid out otherwise is copied, the same weights; a NaN and a truncated file are
+ * refused as without mapping. */
+static void mapped_load(void) {
+    Model m, r, c;
+    char p[256], q[256], t[256];
+    path_of(p, sizeof p, "map.safetensors");
+    path_of(q, sizeof q, "map_reversed.safetensors");
+    path_of(t, sizeof t, "map_truncated.safetensors");
+    TH_CHECK(make_model(&m, "llama") == 0 && ckpt_save(&m, p, NULL) == 0, "%s", err_msg());
+    size_t bytes = m.tab.total * sizeof(float);
+    CkptLoadOpts map = {.map = 1};
+    int rc = ckpt_load_opts(&r, p, NULL, &map);
+    TH_CHECK(rc == 0 && r.params_map_ && !memcmp(r.params, m.params, bytes), "mapped load: rc %d, in place %d, %s", rc,
+             rc ? 0 : r.params_map_ != NULL, err_msg());
+    if (!rc) {
+        r.params[0] += 1.0f;
+        model_free(&r);
+        TH_CHECK(ckpt_load(&c, p, NULL) == 0 && !memcmp(c.params, m.params, bytes), "a write to mapped weights reached the file");
+        model_free(&c);
+    }
+    /* the same tensors in reverse order: valid, but not the model's layout */
+    StWriteTensor ts[64];
+    int n = m.tab.n < 64 ? m.tab.n : 64;
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *pi = &m.tab.p[m.tab.n - 1 - i];
+        ts[i] = (StWriteTensor){pi->name, ST_F32, pi->ndim, {0}, m.params + pi->offset};
+        for (int d = 0; d < pi->ndim; d++) ts[i].shape[d] = pi->shape[d];
+    }
+    TH_CHECK(n == m.tab.n && st_write(q, ts, n, NULL) == 0, "write reversed: %s", err_msg());
+    ModelCfg cfg = m.cfg;
+    rc = ckpt_load_opts(&r, q, &cfg, &map);
+    TH_CHECK(rc == 0 && !r.params_map_ && !memcmp(r.params, m.params, bytes), "reversed layout: rc %d, %s", rc, err_msg());
+    if (!rc) model_free(&r);
+    /* truncated in the data: the same refusal as st_read's */
+    FILE *in = fopen(p, "rb"), *out = fopen(t, "wb");
+    char buf[4096];
+    size_t got, left = 0;
+    if (in && out) {
+        fseek(in, 0, SEEK_END);
+        left = (size_t)ftell(in) - 7;
+        fseek(in, 0, SEEK_SET);
+        while (left && (got = fread(buf, 1, left < sizeof buf ? left : sizeof buf, in)) > 0) fwrite(buf, 1, got, out), left -= got;
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    rc = ckpt_load_opts(&r, t, NULL, &map);
+    char mapped_msg[1024];
+    snprintf(mapped_msg, sizeof mapped_msg, "%s", err_msg());
+    int rc_read = ckpt_load(&c, t, NULL);
+    TH_CHECK(rc != 0 && rc == rc_read && !strcmp(mapped_msg, err_msg()), "truncated, mapped: rc %d (read: %d), '%s' vs '%s'",
+             rc, rc_read, mapped_msg, err_msg());
+    if (!rc) model_free(&r);
+    if (!rc_read) model_free(&c);
+    /* non-finite weights: refused in place too */
+    path_of(p, sizeof p, "nan.safetensors");   /* from nonfinite() */
+    rc = ckpt_load_opts(&r, p, NULL, &map);
+    TH_CHECK(rc == IM_ENUM && strstr(err_msg(), "holds NaN"), "mapped NaN checkpoint: rc %d, %s", rc, err_msg());
+    if (!rc) model_free(&r);
+    model_free(&m);
+}
+
 /* The command line around it (the CLI beside this binary, as `make test` builds both): eval
  * refuses the NaN checkpoint unless --allow_nonfinite, and info prints it with a warning. */
 static int run_cli(const char *bin, const char *args, char *err, size_t cap) {
@@ -334,6 +397,7 @@ int main(int argc, char **argv) {
     weight_norm_conversion();
     tied_alias();
     nonfinite();
+    mapped_load();
     cli_checks(argv[0]);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     TH_CHECK(system(cmd) == 0, "cleanup");

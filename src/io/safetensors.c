@@ -6,7 +6,8 @@
  * checked on its own, then the set of ranges (overlaps). Only then is the data buffer read,
  * into a 64-byte aligned block. Every message starts "st: <path>: " and names the tensor.
  * Writing validates all inputs before creating anything, then goes through a temp file.
- * Out of scope: mmap (we copy), dtypes other than F32/I32/I64, big-endian hosts.
+ * st_map maps the file instead of reading it (the tensors used in place), falling back to st_read.
+ * Out of scope: dtypes other than F32/I32/I64, big-endian hosts.
  */
 #include "safetensors.h"
 
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -390,9 +392,62 @@ int st_read(StFile *f, const char *path) {
     return rc;
 }
 
+/* The mapped reader: the checks of read_file on the mapping. 1 = use st_read instead (no mapping
+ * to be had, or the tensors need repacking), with f left empty. */
+static int map_file(StFile *f, FILE *fp, const char *path, int *fallback) {
+    struct stat sb;
+    *fallback = 1;
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 16) return IM_OK;
+    uint64_t total = (uint64_t)sb.st_size;
+    if (total > (uint64_t)SIZE_MAX) return IM_OK;
+    void *map = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(fp), 0);
+    if (map == MAP_FAILED) return IM_OK;
+    const unsigned char *b = map;
+    uint64_t hlen = get_u64le(b);
+    int rc = check_header_len(path, hlen, total);
+    size_t dsize = rc ? 0 : (size_t)(total - 8 - hlen);
+    if (!rc) rc = parse_header(f, path, (const char *)b + 8, (size_t)hlen, dsize);
+    int aligned = (8 + hlen) % 4 == 0;
+    for (int i = 0; !rc && i < f->n_tensors; i++) {
+        StTensor *t = &f->tensors[i];
+        if (t->nbytes == 0) t->offset = 0;
+        aligned &= t->offset % DTYPES[t->dtype].size == 0;
+    }
+    if (rc || !aligned) {
+        munmap(map, (size_t)total);
+        if (!rc) *fallback = 1; /* st_read repacks */
+        else *fallback = 0;
+        return rc;
+    }
+    f->map = map;
+    f->map_len = (size_t)total;
+    f->data = (unsigned char *)map + 8 + hlen;
+    f->data_size = dsize;
+    *fallback = 0;
+    return IM_OK;
+}
+
+int st_map(StFile *f, const char *path) {
+    check_little_endian();
+    CHECK(f && path, "st_map: NULL file or path");
+    memset(f, 0, sizeof *f);
+    FILE *fp = fs_open_regular(path, NULL);
+    if (!fp) return err_wrap(IM_EIO, "st");
+    int fallback = 0, rc = map_file(f, fp, path, &fallback);
+    fclose(fp);
+    if (rc) { st_free(f); return rc; }
+    if (!fallback) return IM_OK;
+    st_free(f);
+    return st_read(f, path);
+}
+
 /* Also frees a partially filled StFile (the readers call it on failure). */
 void st_free(StFile *f) {
     if (!f) return;
+    if (f->map) {
+        munmap(f->map, f->map_len);
+        f->data = NULL;
+    }
     for (int i = 0; i < f->n_meta; i++) { free(f->meta_keys[i]); free(f->meta_vals[i]); }
     free(f->meta_keys);
     free(f->meta_vals);
@@ -504,7 +559,8 @@ static int validate_meta(const char *path, const char *const *kv, int *n_pairs) 
     return rc;
 }
 
-/* The header JSON, padded with spaces so that 8 + N is a multiple of 8. */
+/* The header JSON, padded with spaces so that 8 + N is a multiple of 64: the data then starts
+ * 64-byte aligned in a mapped file (st_map), as in our buffers. */
 static int build_header(JsonBuf *b, const char *path, const StWriteTensor *ts, int n,
                         const size_t *nbytes, const char *const *kv, int n_meta) {
     json_buf_begin_obj(b);
@@ -532,7 +588,7 @@ static int build_header(JsonBuf *b, const char *path, const StWriteTensor *ts, i
         off += nbytes[i];
     }
     json_buf_end_obj(b);
-    while (b->len % 8) json_buf_append(b, " ", 1);
+    while ((8 + b->len) % 64) json_buf_append(b, " ", 1);
     if (b->failed) return err_set(IM_ENOMEM, "st: %s: out of memory building the header", path);
     if (b->len > ST_MAX_HEADER) return einval(path, "header of %zu bytes exceeds the limit", b->len);
     return IM_OK;

@@ -43,11 +43,20 @@ typedef struct {
     size_t data_size;
     size_t unused_bytes; /* data bytes no tensor covers (gaps are allowed, only reported) */
     int *by_name_;       /* private: (n_tensors) indices sorted by name, for st_find */
+    void *map;           /* st_map: the whole file mapped (data points into it), else NULL */
+    size_t map_len;
 } StFile;
 
 /* Read and validate a whole file. f is overwritten (st_free a previous one first); on failure
  * it is left empty, safe to st_free. Returns IM_OK, IM_EIO, IM_EFORMAT or IM_ENOMEM. */
 int st_read(StFile *f, const char *path);
+/* st_read, but the file is mapped (copy-on-write: the file is never written) and the tensors are
+ * used in place, so the data costs no copy and no memory of its own beyond the page cache. data
+ * is then 4-byte aligned, 64-byte aligned for files this project writes. Falls back to st_read
+ * where a mapping cannot be had or the tensors would need repacking (offsets not a multiple of
+ * the element size). The same checks and errors as st_read. A file shortened by another process
+ * while it is mapped raises SIGBUS on the next access, as with any mapped file. */
+int st_map(StFile *f, const char *path);
 /* The same from memory (tests, fuzzing); buf is copied, the caller keeps it. */
 int st_read_mem(StFile *f, const void *buf, size_t len);
 void st_free(StFile *f);
@@ -67,8 +76,9 @@ typedef struct {
     const void *data;            /* (numel) elements of dtype; NULL allowed when numel is 0 */
 } StWriteTensor;
 
-/* Write n tensors in the given order, contiguous, after a header padded with spaces to a
- * multiple of 8 bytes. meta_kv = {"k1", "v1", "k2", "v2", ..., NULL}, or NULL for none.
+/* Write n tensors in the given order, contiguous, after a header padded with spaces so that the
+ * data starts at a multiple of 64 bytes (8 + header length), so that mapped files (st_map) are
+ * aligned as our buffers are. meta_kv = {"k1", "v1", "k2", "v2", ..., NULL}, or NULL for none.
  * Atomic: writes "<path>.tmp.<pid>", fsyncs, renames over path and fsyncs the directory; on
  * failure the temp file is removed and an existing file at path is untouched. Returns IM_OK,
  * IM_EINVAL (bad names, dtypes, shapes, metadata: nothing is written), IM_EIO or IM_ENOMEM. */

@@ -2,11 +2,13 @@
 #include "ckpt.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../core/check.h"
 #include "../io/keyjson.h"
@@ -164,6 +166,7 @@ typedef struct {
     Entry *e;                     /* (n) sorted by name */
     int n;
     const char *path;             /* the argument, for messages */
+    int data_adopted;             /* files[0].data is the model's weights now (use_in_place) */
 } Source;
 
 static int entry_cmp(const void *a, const void *b) { return strcmp(((const Entry *)a)->name, ((const Entry *)b)->name); }
@@ -183,6 +186,7 @@ static const char *shown(const Entry *e, char *buf, size_t cap) {
 }
 
 static void src_free(Source *s) {
+    if (s->data_adopted) s->files[0].data = NULL;
     for (int i = 0; i < s->n_files; i++) st_free(&s->files[i]);
     shards_free(&s->shards);
     free(s->e);
@@ -190,12 +194,13 @@ static void src_free(Source *s) {
 }
 
 /* Read every shard, detect the layout from the tensor names and index them under our names. */
-static int src_open(Source *s, const char *path) {
+static int src_open(Source *s, const char *path, int map) {
     memset(s, 0, sizeof *s);
     s->path = path;
     int rc = find_shards(&s->shards, path);
+    map = map && s->shards.n == 1;
     for (int i = 0; !rc && i < s->shards.n; i++) {
-        rc = st_read(&s->files[i], s->shards.paths[i]);
+        rc = map ? st_map(&s->files[i], s->shards.paths[i]) : st_read(&s->files[i], s->shards.paths[i]);
         if (!rc) s->n_files++;
     }
     int total = 0;
@@ -407,9 +412,36 @@ static int check_head(const Model *m, const Source *s) {
                    "\"tie_word_embeddings\": false)", s->path, shown(h, hn, sizeof hn), shown(e, en, sizeof en));
 }
 
-static int load_tensors(Model *m, const Source *s, int kind) {
+/* Where the mapped file holds every parameter as the model's buffer would (the same names, shapes
+ * and relative offsets, float32 and aligned), the buffer is the mapping: the model takes it over. */
+static int use_in_place(Model *m, Source *s) {
+    StFile *f = &s->files[0];
+    if (s->n_files != 1 || !f->map || !m->tab.n) return 0;
+    const unsigned char *base = NULL;
+    for (int i = 0; i < m->tab.n; i++) {
+        const ParamInfo *p = &m->tab.p[i];
+        const Entry *t = src_find(s, p->name);
+        if (!t || check_shape(t, p, s->path)) return 0; /* the copy below says what is wrong */
+        const unsigned char *at = (const unsigned char *)edata(t) - p->offset * sizeof(float);
+        if (!base) base = at;
+        if (at != base || (uintptr_t)base % sizeof(float)) return 0;
+    }
+    /* the model's buffer has 64 bytes of slack after the weights: the mapping must too (a
+     * vector kernel may load past a tensor's end and drop the lanes); a mapping reads zeros from
+     * its end to the end of its last page */
+    long page = sysconf(_SC_PAGESIZE);
+    size_t mapped = page > 0 ? (f->map_len + (size_t)page - 1) / (size_t)page * (size_t)page : f->map_len;
+    if ((size_t)(base - (const unsigned char *)f->map) + m->tab.total * sizeof(float) + 64 > mapped) return 0;
+    model_adopt_params(m, (float *)base, f->map, f->map_len);
+    f->map = NULL;   /* the model unmaps it; the file's tables are still freed with it */
+    s->data_adopted = 1;
+    return 1;
+}
+
+static int load_tensors(Model *m, Source *s, int kind) {
     int rc = check_head(m, s);
     if (rc) return rc;
+    int in_place = use_in_place(m, s);
     for (int i = 0; i < m->tab.n; i++) {
         const ParamInfo *p = &m->tab.p[i];
         const Entry *t = src_find(s, p->name);
@@ -424,7 +456,7 @@ static int load_tensors(Model *m, const Source *s, int kind) {
             return err_set(IM_EMISMATCH, "%s: missing tensor '%s' required by model '%s'", s->path, p->name, m->type->name);
         }
         if ((rc = check_shape(t, p, s->path))) return rc;
-        memcpy(m->params + p->offset, edata(t), p->numel * sizeof(float));
+        if (!in_place) memcpy(m->params + p->offset, edata(t), p->numel * sizeof(float));
     }
     for (int i = 0; i < s->n; i++) {
         const Entry *e = &s->e[i];
@@ -469,7 +501,7 @@ int ckpt_load(Model *m, const char *path, const ModelCfg *cfg) { return ckpt_loa
 int ckpt_load_opts(Model *m, const char *path, const ModelCfg *cfg, const CkptLoadOpts *o) {
     memset(m, 0, sizeof *m);
     Source *s = xcalloc(1, sizeof *s);
-    int rc = src_open(s, path), kind = SRC_OURS;
+    int rc = src_open(s, path, o && o->map), kind = SRC_OURS;
     if (rc) {
         free(s);
         return rc;

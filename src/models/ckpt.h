@@ -35,6 +35,13 @@ int ckpt_load(Model *m, const char *path, const ModelCfg *cfg);
 typedef struct {
     int allow_nonfinite;
     const char *config_path;  /* the model config from this file (--config), NULL = found as below */
+    /* 1: map the file (st_map) and use its weights in place where they can be: one file whose
+     * tensors are float32, named and shaped as the model's and laid out in the order and at the
+     * offsets of the model's parameter buffer (files this project writes). The model's weights
+     * are then the mapping, copy-on-write (the file is never written), so loading copies nothing
+     * and the weights cost only page cache; otherwise the tensors are copied as with 0. For
+     * programs that do not train: generation, evaluation. */
+    int map;
 } CkptLoadOpts;
 /* ckpt_load with options (NULL = the defaults, as ckpt_load). */
 int ckpt_load_opts(Model *m, const char *path, const ModelCfg *cfg, const CkptLoadOpts *o);

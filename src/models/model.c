@@ -3,7 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../core/check.h"
 
@@ -74,6 +76,24 @@ const char *model_type_names(void) {
     return buf;
 }
 
+/* n zeroed floats, 64-byte aligned (+ 64 bytes of slack), from calloc: a large block comes as fresh
+ * zero pages that cost no time and no resident memory until written, so a model that loads its
+ * weights in place (ckpt.h) or never trains does not pay for the buffers it does not use.
+ * *block is what to free. */
+static float *zeroed_floats(size_t n, void **block) {
+    unsigned char *b = calloc(n * sizeof(float) + 128, 1);
+    *block = b;
+    return b ? (float *)(b + (64 - (uintptr_t)b % 64) % 64) : NULL;
+}
+
+void model_adopt_params(Model *m, float *params, void *map, size_t map_len) {
+    free(m->params_block_);
+    m->params_block_ = NULL;
+    m->params = params;
+    m->params_map_ = map;
+    m->params_map_len_ = map_len;
+}
+
 int model_create(Model *m, const ModelCfg *cfg) {
     memset(m, 0, sizeof *m);
     int rc = cfg_validate(cfg);
@@ -92,23 +112,22 @@ int model_create(Model *m, const ModelCfg *cfg) {
                        "than the %zu a model may have", cfg->model, total, (double)total * sizeof(float) / 1e9,
                        MODEL_MAX_PARAMS);
     }
-    m->params = aligned_alloc(64, total * sizeof(float) + 64);
-    m->grads = aligned_alloc(64, total * sizeof(float) + 64);
+    m->params = zeroed_floats(total, &m->params_block_);
+    m->grads = zeroed_floats(total, &m->grads_block_);
     if (!m->params || !m->grads) {
         model_free(m);   /* after which m->tab is gone: report the count kept above */
         return err_set(IM_ENOMEM, "cannot allocate %zu parameters (%.1f GB for the weights and their gradients)", total,
                        (double)total * 2 * sizeof(float) / 1e9);
     }
-    memset(m->params, 0, m->tab.total * sizeof(float));
-    memset(m->grads, 0, m->tab.total * sizeof(float));
     rng_seed(&m->rng, 0, 7);
     return IM_OK;
 }
 
 void model_free(Model *m) {
     if (m->type && m->type->free_impl) m->type->free_impl(m);
-    free(m->params);
-    free(m->grads);
+    free(m->params_block_);
+    free(m->grads_block_);
+    if (m->params_map_) munmap(m->params_map_, m->params_map_len_);
     ptab_free(&m->tab);
     memset(m, 0, sizeof *m);
 }

@@ -59,8 +59,11 @@ struct Model {
     const ModelType *type;
     ModelCfg cfg;
     ParamTable tab;
-    float *params;   /* (tab.total) */
+    float *params;   /* (tab.total); 64-byte aligned, or in place in a mapped checkpoint (ckpt.h) */
     float *grads;    /* (tab.total), zeroed by model_zero_grad */
+    void *params_block_, *grads_block_; /* private: what params and grads were allocated in */
+    void *params_map_;                  /* private: the mapped checkpoint params points into | NULL */
+    size_t params_map_len_;
     void *impl;      /* family-specific */
     int B, T;        /* planned batch and length */
     int planned_training; /* the training flag the activations were planned for */
@@ -111,6 +114,9 @@ int cfg_validate(const ModelCfg *c);
 /* Validate cfg, build the table, allocate θ and dθ (zeroed). */
 int model_create(Model *m, const ModelCfg *cfg);
 void model_free(Model *m);
+/* The weights are `params` from now on (the checkpoint loader's in-place use of a mapped file):
+ * the model's own buffer is freed, and model_free unmaps `map` (map_len bytes; NULL: nothing). */
+void model_adopt_params(Model *m, float *params, void *map, size_t map_len);
 void model_init_params(Model *m, uint64_t seed);   /* spec §1.8 rules from the table */
 void model_zero_grad(Model *m);
 /* Most tokens B x T in one forward: the layers index rows of a batch with int M = B * T (and
