@@ -4,6 +4,7 @@
  * safetensors that do not fit the model (missing / extra / mis-shaped tensors, bad metadata).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -291,6 +292,7 @@ static void mapped_load(void) {
     int rc = ckpt_load_opts(&r, p, NULL, &map);
     TH_CHECK(rc == 0 && r.params_map_ && !memcmp(r.params, m.params, bytes), "mapped load: rc %d, in place %d, %s", rc,
              rc ? 0 : r.params_map_ != NULL, err_msg());
+    TH_CHECK(rc || (uintptr_t)r.params % 64 == 0, "mapped weights at %p: not 64-byte aligned", rc ? NULL : (void *)r.params);
     if (!rc) {
         r.params[0] += 1.0f;
         model_free(&r);

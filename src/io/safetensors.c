@@ -559,10 +559,10 @@ static int validate_meta(const char *path, const char *const *kv, int *n_pairs) 
     return rc;
 }
 
-/* The header JSON, padded with spaces so that 8 + N is a multiple of 64: the data then starts
- * 64-byte aligned in a mapped file (st_map), as in our buffers. */
+/* The header JSON, padded with spaces so that N (align 8) or 8 + N (align 64) is a multiple of
+ * align. */
 static int build_header(JsonBuf *b, const char *path, const StWriteTensor *ts, int n,
-                        const size_t *nbytes, const char *const *kv, int n_meta) {
+                        const size_t *nbytes, const char *const *kv, int n_meta, int align) {
     json_buf_begin_obj(b);
     if (n_meta > 0) {
         json_buf_key(b, "__metadata__");
@@ -588,7 +588,7 @@ static int build_header(JsonBuf *b, const char *path, const StWriteTensor *ts, i
         off += nbytes[i];
     }
     json_buf_end_obj(b);
-    while ((8 + b->len) % 64) json_buf_append(b, " ", 1);
+    while ((align == 64 ? 8 + b->len : b->len) % (size_t)align) json_buf_append(b, " ", 1);
     if (b->failed) return err_set(IM_ENOMEM, "st: %s: out of memory building the header", path);
     if (b->len > ST_MAX_HEADER) return einval(path, "header of %zu bytes exceeds the limit", b->len);
     return IM_OK;
@@ -616,7 +616,12 @@ static int emit_payload(FILE *fp, void *ctx) {
 /* Validate -> build the header in memory -> temp file -> rename. Each step runs only if the
  * previous one succeeded (rc stays 0), and all cleanup happens at the single exit. */
 int st_write(const char *path, const StWriteTensor *ts, int n, const char *const *meta_kv) {
+    return st_write_aligned(path, ts, n, meta_kv, 8);
+}
+
+int st_write_aligned(const char *path, const StWriteTensor *ts, int n, const char *const *meta_kv, int align) {
     check_little_endian();
+    CHECK(align == 8 || align == 64, "st_write: alignment %d (8 or 64)", align);
     CHECK(path && n >= 0 && (ts || n == 0), "st_write: NULL path/tensors or negative count");
     size_t *nbytes = malloc((size_t)(n ? n : 1) * sizeof *nbytes);
     if (!nbytes) return err_set(IM_ENOMEM, "st: out of memory");
@@ -631,7 +636,7 @@ int st_write(const char *path, const StWriteTensor *ts, int n, const char *const
     if (!rc) rc = validate_meta(path, meta_kv, &n_meta);
     JsonBuf hdr;
     json_buf_init(&hdr, 0);
-    if (!rc) rc = build_header(&hdr, path, ts, n, nbytes, meta_kv, n_meta);
+    if (!rc) rc = build_header(&hdr, path, ts, n, nbytes, meta_kv, n_meta, align);
     if (!rc) {
         /* temp file in the same folder, fsync, rename, fsync the folder: the old file at path,
          * if any, is untouched unless the whole new one made it */

@@ -76,12 +76,15 @@ typedef struct {
     const void *data;            /* (numel) elements of dtype; NULL allowed when numel is 0 */
 } StWriteTensor;
 
-/* Write n tensors in the given order, contiguous, after a header padded with spaces so that the
- * data starts at a multiple of 64 bytes (8 + header length), so that mapped files (st_map) are
- * aligned as our buffers are. meta_kv = {"k1", "v1", "k2", "v2", ..., NULL}, or NULL for none.
+/* Write n tensors in the given order, contiguous, after a header padded with spaces to a
+ * multiple of 8 bytes. meta_kv = {"k1", "v1", "k2", "v2", ..., NULL}, or NULL for none.
  * Atomic: writes "<path>.tmp.<pid>", fsyncs, renames over path and fsyncs the directory; on
  * failure the temp file is removed and an existing file at path is untouched. Returns IM_OK,
  * IM_EINVAL (bad names, dtypes, shapes, metadata: nothing is written), IM_EIO or IM_ENOMEM. */
 int st_write(const char *path, const StWriteTensor *ts, int n, const char *const *meta_kv);
+/* st_write with the header padded so that the data starts at a multiple of align bytes in the file
+ * (8: as st_write; 64: 8 + header length a multiple of 64, so that a mapped file's tensors are
+ * aligned as our buffers are; our checkpoints, ckpt_save). */
+int st_write_aligned(const char *path, const StWriteTensor *ts, int n, const char *const *meta_kv, int align);
 
 #endif

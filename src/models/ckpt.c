@@ -45,7 +45,7 @@ int ckpt_save(const Model *m, const char *path, const char *const *extra_kv) {
         kv[k++] = extra_kv[i + 1];
     }
     kv[k] = NULL;
-    int rc = st_write(path, ts, n, kv);
+    int rc = st_write_aligned(path, ts, n, kv, 64); /* mapped loads (st_map) find the data aligned */
     free(cfg_json);
     free(ts);
     return rc;

@@ -109,15 +109,16 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
  * order, then hsum4, then the scalar K tail, whichever run, call or thread it falls in. */
 #define DOT_S_MAX 8
 
-/* out[i][s] = <x_i, w_s> for MB rows of X (row stride ldx, m valid) and S weight rows w[s] (n
- * valid; the others re-read the last row and are dropped): MB x S accumulator vectors, one load
- * of each weight vector per k step. */
+/* out[i][s] = <x_i, w_s> for MB rows of X (row stride ldx, m valid) and S weight rows
+ * w_s = W + s wstep (n valid; the others re-read the last row and are dropped): MB x S
+ * accumulator vectors, one load of each weight vector per k step. */
 #define DEFINE_DOT(MB, S)                                                                          \
     static IM_NOINLINE void dot_##MB##x##S(int K, const float *X, size_t ldx, int m,             \
-                                           const float *const *W, int n, float out[][DOT_S_MAX]) { \
+                                           const float *W, size_t wstep, int n,                  \
+                                           float out[][DOT_S_MAX]) {                             \
         const float *x[MB], *w[S];                                                                \
         for (int i = 0; i < MB; i++) x[i] = X + (size_t)(i < m ? i : m - 1) * ldx;               \
-        for (int s = 0; s < S; s++) w[s] = W[s < n ? s : n - 1];                                  \
+        for (int s = 0; s < S; s++) w[s] = W + (size_t)(s < n ? s : n - 1) * wstep;               \
         vf acc[MB][S];                                                                            \
         for (int i = 0; i < MB; i++)                                                              \
             for (int s = 0; s < S; s++) acc[i][s] = (vf){0};                                      \
@@ -177,40 +178,46 @@ static inline void put(float *c, float s, float alpha, float beta) {
     *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
 }
 
-/* C[:, col[s]] for the S (n valid) weight rows col[s], every row of op(A), DOT_MB_MAX at a time. */
-static void dot_rows(const SmallArgs *g, int S, const int *col, int n) {
-    size_t ldx = g->sai, ldw = (size_t)g->ldb;
-    const float *w[DOT_S_MAX];
-    for (int s = 0; s < n; s++) w[s] = g->B + (size_t)col[s] * ldw;
+/* Columns c0 + s cstep of C (s < n <= S), every row of op(A), DOT_MB_MAX at a time. */
+static void dot_rows(const SmallArgs *g, int S, int c0, int cstep, int n) {
+    size_t ldx = g->sai, ldw = (size_t)g->ldb, wstep = (size_t)cstep * ldw;
+    const float *w = g->B + (size_t)c0 * ldw;
     for (int i = 0; i < g->M;) {
         int m = imin(g->M - i, DOT_MB_MAX);
         float out[DOT_MB_MAX][DOT_S_MAX];
         const float *x = g->A + (size_t)i * ldx;
-        if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, n, out);
-        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, n, out);
+        if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, wstep, n, out);
+        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, wstep, n, out);
 #if DOT_MB_MAX == 4
-        else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, n, out);
-        else if (m > 2) dot_4x4(g->K, x, ldx, m, w, n, out);
+        else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, wstep, n, out);
+        else if (m > 2) dot_4x4(g->K, x, ldx, m, w, wstep, n, out);
 #endif
-        else dot_2x4(g->K, x, ldx, 2, w, n, out);
-        for (int r = 0; r < m; r++)
-            for (int s = 0; s < n; s++)
-                put(g->C + (size_t)(i + r) * g->ldc + col[s], out[r][s], g->alpha, g->beta);
+        else dot_2x4(g->K, x, ldx, 2, w, wstep, n, out);
+        for (int r = 0; r < m; r++) {
+            float *c = g->C + (size_t)(i + r) * g->ldc + c0;
+            for (int q = 0; q < n; q++) put(c + (size_t)q * cstep, out[r][q], g->alpha, g->beta);
+        }
         i += m;
     }
 }
 
-/* Columns [j0, j1) of C in the dot form; op(A) rows are contiguous (sak = 1). S runs of q rows,
- * walked together, then the n mod S rows left, also together. */
+/* Columns [j0, j1) of C in the dot form; op(A) rows are contiguous (sak = 1). S runs of L rows
+ * (the last one shorter), walked together. L is ceil(n / S), one more where the runs would start
+ * a multiple of 4 KB apart: the S rows read side by side would then share their L1 sets (with
+ * N = 768, K = 288, eight runs are 27 x 4 KB apart). With too few rows for such runs (n < S (S -
+ * 1) or so), runs of n / S rows and the n mod S rows left, together. */
 static void dot_cols(const SmallArgs *g, int j0, int j1) {
-    int S = dot_runs(g->M), q = (j1 - j0) / S, col[DOT_S_MAX];
-    for (int r = 0; r < q; r++) {
-        for (int s = 0; s < S; s++) col[s] = j0 + s * q + r;
-        dot_rows(g, S, col, S);
+    int S = dot_runs(g->M), n = j1 - j0, L = (n + S - 1) / S;
+    size_t row = (size_t)g->ldb * sizeof(float);
+    if (L > 1 && L * row % 4096 == 0) L++;
+    if ((S - 1) * L <= n) {
+        int last = n - (S - 1) * L; /* rows of the last run: 0 .. L */
+        for (int r = 0; r < L; r++) dot_rows(g, S, j0 + r, L, r < last ? S : S - 1);
+        return;
     }
-    int left = j1 - j0 - S * q;
-    for (int s = 0; s < left; s++) col[s] = j0 + S * q + s;
-    if (left) dot_rows(g, S, col, left);
+    int q = n / S, left = n - S * q;
+    for (int r = 0; r < q; r++) dot_rows(g, S, j0 + r, q, S);
+    if (left) dot_rows(g, S, j0 + S * q, 1, left);
 }
 
 /* ---- axpy form: C[i, j0 ..] = sum_k opA[i, k] B[k, j0 ..] ----------------------------------- */
