@@ -23,7 +23,7 @@ int main(int argc, char **argv) try {
     float temperature = argc > 4 ? (float)std::atof(argv[4]) : 1.0f, top_p = argc > 5 ? (float)std::atof(argv[5]) : 1.0f;
     uint64_t seed = argc > 6 ? std::strtoull(argv[6], nullptr, 10) : 0;
     im_set_threads(1);
-    im_model *mp = nullptr; im_tokenizer *tp = nullptr; im_state *sp = nullptr; im_sampler *smp = nullptr;
+    im_model *mp = nullptr; im_tokenizer *tp = nullptr; im_sampler *smp = nullptr;
     ok(im_model_load(&mp, argv[1]));
     handle<im_model> model(mp, im_model_free);
     ok(im_model_tokenizer(&tp, model.get()));
@@ -33,24 +33,20 @@ int main(int argc, char **argv) try {
     ok(im_tokenizer_encode(tok.get(), prompt.data(), prompt.size(), &ids, &n));
     std::vector<int> prompt_ids(ids, ids + n);
     im_free(ids);
-    if (prompt_ids.empty()) throw std::runtime_error("the prompt has no tokens");
-    ok(im_state_create(&sp, model.get(), 1));
-    handle<im_state> state(sp, im_state_free);
     ok(im_sampler_create(&smp, im_tokenizer_vocab_size(tok.get()), temperature, 0, top_p, seed));
     handle<im_sampler> sampler(smp, im_sampler_free);
-    std::vector<float> logits((size_t)im_model_vocab_size(model.get()));
-    for (int id : prompt_ids) ok(im_state_step(state.get(), &id, logits.data()));
-    std::string text;
-    for (int g = 0; g < max_tokens; g++) {
-        int id = im_sampler_next(sampler.get(), logits.data());
-        ok(id);
-        if (id == im_tokenizer_eos(tok.get())) break;
+    // the text of the drawn ids, gathered by a callback (a lambda without captures is a C function)
+    struct Out { const im_tokenizer *tok; std::string text; } out{tok.get(), std::string()};
+    im_token_fn append = [](void *ctx, int id) {
+        Out *o = static_cast<Out *>(ctx);
         size_t len = 0;
-        const char *piece = im_tokenizer_piece(tok.get(), id, &len);
-        text.append(piece, len);
-        if (g + 1 < max_tokens) ok(im_state_step(state.get(), &id, logits.data()));
-    }
-    std::fwrite(text.data(), 1, text.size(), stdout);
+        const char *piece = im_tokenizer_piece(o->tok, id, &len);
+        o->text.append(piece, len);
+        return 0;
+    };
+    ok(im_generate(model.get(), sampler.get(), prompt_ids.data(), prompt_ids.size(), max_tokens,
+                   im_tokenizer_eos(tok.get()), nullptr, nullptr, append, &out));
+    std::fwrite(out.text.data(), 1, out.text.size(), stdout);
     std::putchar('\n');
     return 0;
 } catch (const std::exception &e) {

@@ -112,6 +112,21 @@ IM_API int im_sampler_create(im_sampler **out, int vocab, float temperature, int
 IM_API int im_sampler_next(im_sampler *s, const float *logits);
 IM_API void im_sampler_free(im_sampler *s);
 
+/* ---- generation ----------------------------------------------------------------------------- */
+
+/* Called with each generated id, as soon as it is drawn; a non-zero return ends the generation
+ * after that id (im_generate then succeeds). */
+typedef int (*im_token_fn)(void *ctx, int id);
+/* Continue a prompt as `implicit generate` does: the n_prompt >= 1 ids of prompt are fed token by
+ * token from position 0, then up to max_new ids are drawn with s (its temperature, top-k, top-p and
+ * seed), each fed back except the last. Drawing `eos` ends it before that id (-1: no such id; pass
+ * im_tokenizer_eos to stop where the CLI stops). out:(max_new) receives the ids and *n_out their
+ * count (either may be NULL); on_token (may be NULL) streams them. The call uses the model's one
+ * state, so it is IM_ERR_INVALID while an im_state of m is live; IM_ERR_MISMATCH when s draws from
+ * more ids than the model has. */
+IM_API int im_generate(im_model *m, im_sampler *s, const int *prompt, size_t n_prompt, int max_new, int eos,
+                       int *out, int *n_out, im_token_fn on_token, void *ctx);
+
 /* ---- tokenizer ------------------------------------------------------------------------------ */
 
 /* spec: "byte" | FILE.bpe (from `implicit tokenizer train`) | FILE.json (a Hugging Face

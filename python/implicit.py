@@ -92,6 +92,9 @@ _sampler_create = _fn("im_sampler_create", ctypes.c_int, ctypes.POINTER(ctypes.c
                       ctypes.c_float, ctypes.c_int, ctypes.c_float, ctypes.c_uint64)
 _sampler_next = _fn("im_sampler_next", ctypes.c_int, ctypes.c_void_p, _c_float_p)
 _sampler_free = _fn("im_sampler_free", None, ctypes.c_void_p)
+_token_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+_generate = _fn("im_generate", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, _c_int_p, ctypes.c_size_t, ctypes.c_int,
+                ctypes.c_int, _c_int_p, _c_int_p, _token_fn, ctypes.c_void_p)
 _tok_load = _fn("im_tokenizer_load", ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
 _tok_free = _fn("im_tokenizer_free", None, ctypes.c_void_p)
 _tok_vocab = _fn("im_tokenizer_vocab_size", ctypes.c_int, ctypes.c_void_p)
@@ -362,28 +365,26 @@ class Model(_Handle):
             if tok.eos < 0:
                 raise ImplicitError(-4, "the prompt is empty and the tokenizer has no end-of-text token to start from")
             ids = [tok.eos]
-        sampler = Sampler(tok.vocab_size, temperature, top_k, top_p, seed)
         stop_bytes = stop.encode("utf-8") if isinstance(stop, str) else stop
-        text = b""
-        st = self.state(1)
+        text = [b""]
+
+        def on_token(ctx, token):   # the stop string ends it after the id that completes it
+            text[0] += tok.piece(token)
+            return int(stop_bytes in text[0])
+
+        if self._state is not None:   # im_generate runs on the model's one state
+            self._state.close()
+            self._state = None
+        sampler = Sampler(tok.vocab_size, temperature, top_k, top_p, seed)
+        arr, n = _ids_array(ids)
+        out = (ctypes.c_int * max(int(max_tokens), 1))()
+        n_out = ctypes.c_int(0)
+        callback = _token_fn(on_token) if stop_bytes else _token_fn()
         try:
-            for i in ids:
-                logits = st._step_raw([i])
-            out = []
-            for g in range(max_tokens):
-                nxt = sampler.next(logits)
-                if stop_at_eos and nxt == tok.eos:
-                    break
-                out.append(nxt)
-                if stop_bytes:
-                    text += tok.piece(nxt)
-                    if stop_bytes in text:
-                        break
-                if g + 1 < max_tokens:
-                    logits = st._step_raw([nxt])
-            return out
+            _check(_generate(self._h, sampler._h, arr, n, int(max_tokens), tok.eos if stop_at_eos else -1, out,
+                             ctypes.byref(n_out), callback, None))
+            return list(out[:n_out.value])
         finally:
-            st.close()
             sampler.close()
 
     def generate(self, prompt, max_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,

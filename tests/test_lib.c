@@ -1,10 +1,10 @@
 /* test_lib.c: the public API (include/implicit.h), the packaged library and its users.
  *
  * In process (linked with libimplicit.a): every entry point against the internal modules it wraps
- * (logits = model_fwd, steps = model_step, the stored tokenizer), step vs parallel logits, a state
- * untouched by a parallel call, reset, sampling reproducibility, and bad input (NULL handles, a
- * missing file, ids outside the vocabulary, a second live state, a freed model) answered with a
- * status and a message instead of a crash.
+ * (logits = model_fwd, steps = model_step, im_generate = gen_run, the stored tokenizer), step vs
+ * parallel logits, a state untouched by a parallel call, reset, sampling reproducibility, and bad
+ * input (NULL handles, a missing file, ids outside the vocabulary, a second live state, a freed
+ * model) answered with a status and a message instead of a crash.
  * Out of process: libimplicit.so exports only im_* symbols and carries the soname; the staged
  * `make install` holds the one public header and implicit.pc; examples/generate.c and
  * examples/generate.cpp, built against that install with pkg-config, print exactly what
@@ -214,6 +214,107 @@ static void test_tokenizer_sampler(const char *bpe_ckpt, const char *byte_ckpt) 
     TH_CHECK(im_sampler_create(&a, 64, -1.0f, 0, 1.0f, 0) == IM_ERR_INVALID && !a, "temperature -1");
     TH_CHECK(im_sampler_create(&a, 64, 1.0f, 0, 0.0f, 0) == IM_ERR_INVALID && !a, "top_p 0");
     TH_CHECK(im_sampler_create(&a, 0, 1.0f, 0, 1.0f, 0) == IM_ERR_INVALID && !a, "vocab 0");
+}
+
+/* im_generate: the CLI's generation loop (gen_run on the same checkpoint, tokenizer and sampler
+ * settings) id for id; streaming, stopping by the callback and at eos; and its refusals. */
+typedef struct {
+    int ids[64], n, stop_after;
+} Seen;
+static int seen_token(void *ctx, int id) {
+    Seen *s = ctx;
+    if (s->n < 64) s->ids[s->n] = id;
+    s->n++;
+    return s->stop_after > 0 && s->n >= s->stop_after;
+}
+
+static void test_generate_api(const char *ckpt, const char *prompt) {
+    enum { N = 24 };
+    im_model *m = NULL;
+    im_tokenizer *t = NULL;
+    im_sampler *s = NULL;
+    CHECK(im_model_load(&m, ckpt) == 0 && im_model_tokenizer(&t, m) == 0, "%s", im_last_error());
+    int *ids = NULL, V = im_tokenizer_vocab_size(t), eos = im_tokenizer_eos(t);
+    size_t n = 0;
+    CHECK(im_tokenizer_encode(t, prompt, strlen(prompt), &ids, &n) == 0 && n > 0, "%s", im_last_error());
+
+    /* the reference: gen_run, as `implicit generate --temperature 0.8 --top_p 0.9 --seed 3` runs it */
+    Model ref;
+    Tokenizer *rt;
+    Sampler rs;
+    CHECK(gen_load_model(&ref, ckpt, NULL, NULL) == 0 && gen_load_tokenizer(&rt, ckpt, NULL, &ref) == 0, "%s", err_msg());
+    CHECK(sampler_init(&rs, &(SampleCfg){0.8f, 0, 0.9f, 3}, V) == 0, "%s", err_msg());
+    GenOpts go;
+    gen_opts_default(&go);
+    go.max_tokens = N;
+    GenStats gs;
+    int want[N];
+    CHECK(gen_run(&ref, rt, &rs, ids, (int)n, &go, want, &gs) == 0, "%s", err_msg());
+    int n_want = gs.n_gen - !strcmp(gs.stop_reason, "eos");   /* gen_run counts the eos it drew */
+    sampler_free(&rs);
+    tok_free(rt);
+    model_free(&ref);
+
+    int out[N], n_out = -1;
+    Seen seen = {{0}, 0, 0};
+    CHECK(im_sampler_create(&s, V, 0.8f, 0, 0.9f, 3) == 0, "%s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, N, eos, out, &n_out, seen_token, &seen) == IM_SUCCESS, "im_generate: %s",
+             im_last_error());
+    TH_CHECK(n_out == n_want && !memcmp(out, want, sizeof(int) * (size_t)n_want), "im_generate = gen_run (%d vs %d ids)",
+             n_out, n_want);
+    TH_CHECK(seen.n == n_out && !memcmp(seen.ids, out, sizeof(int) * (size_t)n_out), "on_token saw every id, in order");
+    im_sampler_free(s);
+
+    /* greedy twice: the same ids; a callback asking to stop ends it after that id */
+    int g1[N], g2[N], n1 = 0, n2 = 0;
+    CHECK(im_sampler_create(&s, V, 0.0f, 0, 1.0f, 0) == 0, "%s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g1, &n1, NULL, NULL) == 0 && n1 == N, "greedy, no eos: %d ids", n1);
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g2, &n2, NULL, NULL) == 0 && n2 == N && !memcmp(g1, g2, sizeof g1),
+             "greedy is reproducible");
+    Seen stop3 = {{0}, 0, 3};
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g2, &n2, seen_token, &stop3) == 0 && n2 == 3 && stop3.n == 3 &&
+                 !memcmp(g1, g2, 3 * sizeof(int)),
+             "on_token returning 1 stops after that id: %d ids", n2);
+    /* eos: the first id that did not occur before it ends the greedy run just before it */
+    int k = 1;
+    while (k < N) {
+        int dup = 0;
+        for (int j = 0; j < k; j++) dup |= g1[j] == g1[k];
+        if (!dup) break;
+        k++;
+    }
+    if (k < N) {
+        TH_CHECK(im_generate(m, s, ids, n, N, g1[k], g2, &n2, NULL, NULL) == 0 && n2 == k && !memcmp(g1, g2, sizeof(int) * k),
+                 "eos %d ends it before position %d: %d ids", g1[k], k, n2);
+    }
+    TH_CHECK(im_generate(m, s, ids, n, 0, -1, g2, &n2, NULL, NULL) == 0 && n2 == 0, "max_new 0: nothing");
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, NULL, NULL, NULL, NULL) == 0, "out and n_out may be NULL");
+
+    /* refusals: a status and a message, n_out 0, the model still usable */
+    TH_CHECK(im_generate(NULL, s, ids, n, N, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID && n2 == 0, "NULL model");
+    TH_CHECK(im_generate(m, NULL, ids, n, N, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID, "NULL sampler");
+    TH_CHECK(im_generate(m, s, ids, 0, N, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID && strstr(im_last_error(), "empty"),
+             "empty prompt: %s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, -1, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID, "max_new -1");
+    int bad = V + 5;
+    TH_CHECK(im_generate(m, s, &bad, 1, N, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID && strstr(im_last_error(), "range"),
+             "prompt id outside the vocabulary: %s", im_last_error());
+    im_state *st = NULL;
+    CHECK(im_state_create(&st, m, 1) == 0, "%s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g2, &n2, NULL, NULL) == IM_ERR_INVALID && strstr(im_last_error(), "live state"),
+             "a live state: %s", im_last_error());
+    im_state_free(st);
+    im_sampler_free(s);
+    CHECK(im_sampler_create(&s, im_model_vocab_size(m) + 1, 0.0f, 0, 1.0f, 0) == 0, "%s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g2, &n2, NULL, NULL) == IM_ERR_MISMATCH, "sampler wider than the model");
+    im_sampler_free(s);
+    CHECK(im_sampler_create(&s, V, 0.0f, 0, 1.0f, 0) == 0, "%s", im_last_error());
+    TH_CHECK(im_generate(m, s, ids, n, N, -1, g2, &n2, NULL, NULL) == 0 && n2 == N && !memcmp(g1, g2, sizeof g1),
+             "after the refusals: the same greedy ids");
+    im_sampler_free(s);
+    im_free(ids);
+    im_tokenizer_free(t);
+    im_model_free(m);
 }
 
 static void test_null_and_missing(void) {
@@ -444,6 +545,8 @@ int main(int argc, char **argv) {
     test_model_api(mamba, 357, 2, "mamba2");
     test_model_api(imp, 256, 2, "implicit_llama");
     test_tokenizer_sampler(mamba, imp);
+    test_generate_api(mamba, "the fog rolled in");
+    test_generate_api(imp, "Once upon");
     test_interop_load();
     test_package();
     test_examples(mamba, "the fog rolled in");

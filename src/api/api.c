@@ -252,6 +252,43 @@ IM_API void im_sampler_free(im_sampler *s) {
     free(s);
 }
 
+/* ---- generation ----------------------------------------------------------------------------- */
+
+/* The loop of gen_run (the CLI's), over the public state and sampler so that every step is checked
+ * as a caller's would be; the stop string and the byte streaming of the CLI are the caller's. */
+IM_API int im_generate(im_model *m, im_sampler *s, const int *prompt, size_t n_prompt, int max_new, int eos,
+                       int *out, int *n_out, im_token_fn on_token, void *ctx) {
+    if (n_out) *n_out = 0;
+    NEED(m, "im_generate");
+    NEED(s, "im_generate");
+    if (n_prompt < 1) return err_set(IM_EINVAL, "im_generate: the prompt is empty (feed at least one id)");
+    NEED(prompt, "im_generate");
+    if (max_new < 0) return err_set(IM_EINVAL, "im_generate: max_new %d (need >= 0)", max_new);
+    if (s->s.V > m->m.cfg.vocab_size)
+        return err_set(IM_EMISMATCH, "im_generate: the sampler draws from %d ids, the model has %d", s->s.V,
+                       m->m.cfg.vocab_size);
+    im_state *st;
+    int rc = im_state_create(&st, m, 1);
+    if (rc) return err_wrap(rc, "im_generate");
+    float *logits = malloc(sizeof(float) * (size_t)m->m.cfg.vocab_size);
+    if (!logits) rc = err_set(IM_ENOMEM, "im_generate: out of memory");
+    for (size_t i = 0; i < n_prompt && !rc; i++) rc = im_state_step(st, &prompt[i], logits);
+    int n = 0;
+    for (int g = 0; g < max_new && !rc; g++) {
+        int id = im_sampler_next(s, logits);   /* a NaN / inf logit is an error */
+        if (id < 0) { rc = id; break; }
+        if (id == eos) break;
+        if (out) out[n] = id;
+        n++;
+        if (on_token && on_token(ctx, id)) break;
+        if (g + 1 < max_new) rc = im_state_step(st, &id, logits);   /* the last id needs no step */
+    }
+    if (n_out) *n_out = n;
+    free(logits);
+    im_state_free(st);
+    return rc ? err_wrap(rc, "im_generate after %d generated ids", n) : IM_OK;
+}
+
 /* ---- tokenizer ------------------------------------------------------------------------------ */
 
 static int wrap_tok(im_tokenizer **out, Tokenizer *t) {
