@@ -242,7 +242,8 @@ static void test_solver_row(void) {
     FpSolve tsolve = fp_solve_call(&table);
     TH_CHECK(fp_layer_solve(L, &c, &w, h2, u, &tsolve, scr, B, T) == IM_OK && table.tally.iters == 7,
              "fp_rnn with the table's row: %s", err_msg());
-    TH_CHECK(!memcmp(h1, h2, M * E * sizeof(float)), "plain row == FixedPointOptimizer without damping (whole sequence)");
+    TH_CHECK(!memcmp(h1, h2, M * E * sizeof(float)),
+             "plain row == FixedPointOptimizer without damping (whole sequence)");
     /* token by token: each token's solve runs the row too */
     float *st1 = th_alloc(fp_layer_state_floats(L, &c, B)), *st2 = th_alloc(fp_layer_state_floats(L, &c, B));
     float *ss = th_alloc(fp_layer_step_scratch_floats(L, &c, B)), o1[8], o2[8];
@@ -255,8 +256,8 @@ static void test_solver_row(void) {
         TH_CHECK(fp_layer_step(L, &c, &w, o2, ut, st2, &tsolve, ss, B) == IM_OK, "step, table row");
         same &= !memcmp(o1, o2, sizeof o1);
     }
-    TH_CHECK(same && mine.tally.solves == T, "plain row == FixedPointOptimizer without damping (token by token, %d solves)",
-             mine.tally.solves);
+    TH_CHECK(same && mine.tally.solves == T,
+             "plain row == FixedPointOptimizer without damping (token by token, %d solves)", mine.tally.solves);
     fp_layer_unbind(L, &w);
     ptab_free(&t);
     free(theta); free(eff); free(u); free(h1); free(h2); free(scr); free(mine.scratch); free(table.scratch);

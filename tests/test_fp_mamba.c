@@ -17,6 +17,8 @@
 
 #define DM 6 /* d_model of the layer tests */
 
+static const FpLayerOps *const LAYER = &fp_mamba_layer; /* through the interface of fp_layer.h */
+
 typedef struct {
     FptCase b; /* tensors, inputs and buffers (fp_testutil.h) */
     FpMambaCfg c;
@@ -30,38 +32,40 @@ static void case_init(Case *k, const char *mixer, int rank, int h_dep, int symm,
                                -1, "column-wise");
     CHECK(rc == IM_OK, "cfg: %s", err_msg());
     ptab_init(&k->b.t);
-    fp_layer_add_params(&fp_mamba_layer, &k->c, &k->b.t, "L", 1.0f);
-    fpt_case_params(&k->b, fp_layer_eff_floats(&fp_mamba_layer, &k->c), seed);
-    fp_layer_bind(&fp_mamba_layer, &k->c, &k->w, &k->b.t, k->b.theta, "L", k->b.eff);
-    fp_layer_bind(&fp_mamba_layer, &k->c, &k->dw, &k->b.t, k->b.dtheta, "L", k->b.deff);
-    fp_layer_post_init(&fp_mamba_layer, &k->c, &k->w);
-    fpt_case_inputs(&k->b, B, T, DM, k->c.E, fp_layer_cache_floats(&fp_mamba_layer, &k->c, B, T), fp_layer_scratch_floats(&fp_mamba_layer, &k->c, B, T),
+    fp_layer_add_params(LAYER, &k->c, &k->b.t, "L", 1.0f);
+    fpt_case_params(&k->b, fp_layer_eff_floats(LAYER, &k->c), seed);
+    fp_layer_bind(LAYER, &k->c, &k->w, &k->b.t, k->b.theta, "L", k->b.eff);
+    fp_layer_bind(LAYER, &k->c, &k->dw, &k->b.t, k->b.dtheta, "L", k->b.deff);
+    fp_layer_post_init(LAYER, &k->c, &k->w);
+    fpt_case_inputs(&k->b, B, T, DM, k->c.E, fp_layer_cache_floats(LAYER, &k->c, B, T),
+                    fp_layer_scratch_floats(LAYER, &k->c, B, T),
                     seed);
-    fp_layer_refresh(&fp_mamba_layer, &k->c, &k->w);
+    fp_layer_refresh(LAYER, &k->c, &k->w);
 }
 
 static void case_free(Case *k) {
-    fp_layer_unbind(&fp_mamba_layer, &k->w);
-    fp_layer_unbind(&fp_mamba_layer, &k->dw);
+    fp_layer_unbind(LAYER, &k->w);
+    fp_layer_unbind(LAYER, &k->dw);
     fpt_case_free(&k->b);
 }
 
 static double loss_at(void *ctx) {
     Case *k = ctx;
     FptCase *b = &k->b;
-    fp_layer_refresh(&fp_mamba_layer, &k->c, &k->w);
-    CHECK(fp_layer_fwd_at(&fp_mamba_layer, &k->c, &k->w, b->out, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
+    fp_layer_refresh(LAYER, &k->c, &k->w);
+    CHECK(fp_layer_fwd_at(LAYER, &k->c, &k->w, b->out, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
     return fpt_loss(b);
 }
 
 static void bwd_at(void *ctx) {
     Case *k = ctx;
     FptCase *b = &k->b;
-    fp_layer_refresh(&fp_mamba_layer, &k->c, &k->w);
+    fp_layer_refresh(LAYER, &k->c, &k->w);
     memset(b->deff, 0, b->neff * sizeof(float));
-    CHECK(fp_layer_fwd_at(&fp_mamba_layer, &k->c, &k->w, b->out, b->u, b->ystar, b->cache, b->scratch, b->B, b->T) == IM_OK, "fwd");
-    fp_layer_bwd(&fp_mamba_layer, &k->c, &k->w, &k->dw, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
-    fp_layer_wn_bwd(&fp_mamba_layer, &k->c, &k->w, &k->dw);
+    CHECK(fp_layer_fwd_at(LAYER, &k->c, &k->w, b->out, b->u, b->ystar, b->cache, b->scratch, b->B, b->T) == IM_OK,
+          "fwd");
+    fp_layer_bwd(LAYER, &k->c, &k->w, &k->dw, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
+    fp_layer_wn_bwd(LAYER, &k->c, &k->w, &k->dw);
 }
 
 static void test_grad(const char *name, const char *mixer, int rank, int h_dep, int symm, int conv, int glu,
@@ -80,14 +84,14 @@ static void test_constant_map(void) {
     fpt_set_by_name(b, "proj_alpha", "weight_g", 0.0f); /* no input dependence of α ... */
     fpt_set_by_name(b, "proj_alpha", "bias", -60.0f);   /* ... and α = σ(−60) ≈ 1e-26: Q = I */
     fpt_set_by_name(b, "bc_proj", "weight_g", 0.0f); /* W_bc = 0 */
-    fp_layer_refresh(&fp_mamba_layer, &k.c, &k.w);
+    fp_layer_refresh(LAYER, &k.c, &k.w);
     FpOpts o = fpt_fpo_opts();
     FpSolveCtx st;
     FpSolve sv = fpt_solve(&st, &o, (size_t)b->B * b->T * k.c.E, b->B);
     float *out2 = th_alloc((size_t)b->B * b->T * DM);
-    TH_CHECK(fp_layer_fwd(&fp_mamba_layer, &k.c, &k.w, b->out, b->u, &sv, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
+    TH_CHECK(fp_layer_fwd(LAYER, &k.c, &k.w, b->out, b->u, &sv, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd");
     TH_CHECK(st.tally.iters == 2, "constant map stops after 2 evaluations (got %d)", st.tally.iters);
-    TH_CHECK(fp_layer_fwd_at(&fp_mamba_layer, &k.c, &k.w, out2, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd_at");
+    TH_CHECK(fp_layer_fwd_at(LAYER, &k.c, &k.w, out2, b->u, b->ystar, NULL, b->scratch, b->B, b->T) == IM_OK, "fwd_at");
     TH_CLOSE(b->out, out2, (size_t)b->B * b->T * DM, 1e-5, "graded step returns F from any Y*");
     free(out2);
     free(st.scratch);
@@ -102,22 +106,22 @@ static void test_sequential(const char *mixer, int rank, int conv, int glu) {
     /* a contractive map: a fixed point to compare at, reached to float precision */
     fpt_set_by_name(&k.b, "proj_alpha", "bias", -2.0f);
     fpt_set_by_name(&k.b, "proj_d", "bias", -2.0f);
-    fp_layer_refresh(&fp_mamba_layer, &k.c, &k.w);
+    fp_layer_refresh(LAYER, &k.c, &k.w);
     FpOpts o = fpt_fpo_opts();
     o.quantile = 1.0;
     o.max_iter = 1000;
     o.tol = 1e-5;
     FpSolveCtx st, sst;
     FpSolve sv = fpt_solve(&st, &o, (size_t)B * T * k.c.E, B), ssv = fpt_solve(&sst, &o, (size_t)B * k.c.E, B);
-    TH_CHECK(fp_layer_fwd(&fp_mamba_layer, &k.c, &k.w, k.b.out, k.b.u, &sv, NULL, k.b.scratch, B, T) == IM_OK, "fwd");
+    TH_CHECK(fp_layer_fwd(LAYER, &k.c, &k.w, k.b.out, k.b.u, &sv, NULL, k.b.scratch, B, T) == IM_OK, "fwd");
     TH_CHECK(st.tally.converged, "%s: parallel solve converged (%d iterations, residual %g)", mixer, st.tally.iters,
              st.tally.best_max);
-    float *state = th_alloc(fp_layer_state_floats(&fp_mamba_layer, &k.c, B));
-    float *ss = th_alloc(fp_layer_step_scratch_floats(&fp_mamba_layer, &k.c, B));
+    float *state = th_alloc(fp_layer_state_floats(LAYER, &k.c, B));
+    float *ss = th_alloc(fp_layer_step_scratch_floats(LAYER, &k.c, B));
     float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
     for (int t = 0; t < T; t++) {
         fpt_get_token(ut, k.b.u, B, T, t, DM);
-        TH_CHECK(fp_layer_step(&fp_mamba_layer, &k.c, &k.w, ot, ut, state, &ssv, ss, B) == IM_OK, "step");
+        TH_CHECK(fp_layer_step(LAYER, &k.c, &k.w, ot, ut, state, &ssv, ss, B) == IM_OK, "step");
         fpt_put_token(seq, ot, B, T, t, DM);
     }
     char nm[64];
@@ -141,14 +145,14 @@ static void test_threads(void) {
     th_bitid_threads(t0);
     memset(b->dtheta, 0, b->t.total * sizeof(float));
     memset(b->deff, 0, b->neff * sizeof(float));
-    TH_CHECK(fp_layer_fwd(&fp_mamba_layer, &k.c, &k.w, o1, b->u, &sv, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
-    fp_layer_bwd(&fp_mamba_layer, &k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
+    TH_CHECK(fp_layer_fwd(LAYER, &k.c, &k.w, o1, b->u, &sv, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
+    fp_layer_bwd(LAYER, &k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
     memcpy(d1, b->dtheta, b->t.total * sizeof(float));
     th_bitid_threads(t0 + 1);
     memset(b->dtheta, 0, b->t.total * sizeof(float));
     memset(b->deff, 0, b->neff * sizeof(float));
-    TH_CHECK(fp_layer_fwd(&fp_mamba_layer, &k.c, &k.w, b->out, b->u, &sv, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
-    fp_layer_bwd(&fp_mamba_layer, &k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
+    TH_CHECK(fp_layer_fwd(LAYER, &k.c, &k.w, b->out, b->u, &sv, b->cache, b->scratch, 4, 9) == IM_OK, "fwd");
+    fp_layer_bwd(LAYER, &k.c, &k.w, &k.dw, b->du, b->R, b->u, b->cache, b->scratch, 4, 9);
     th_threads_restore(keep);
     TH_CHECK(!memcmp(o1, b->out, (size_t)4 * 9 * DM * sizeof(float)), "forward bit-identical at %d and %d threads", t0, t0 + 1);
     TH_CHECK(!memcmp(d1, b->dtheta, b->t.total * sizeof(float)), "gradients bit-identical at %d and %d threads", t0, t0 + 1);

@@ -33,6 +33,9 @@ typedef struct {
     FpRnnCfg cr;
     FpMamba2W w2, dw2;
     FpRnnW wr, dwr;
+    const FpLayerOps *L;  /* the layer interface (fp_layer.h) over ... */
+    const void *cfg;      /* ... &c2 or &cr, */
+    void *w, *dw;         /* ... &w2 / &dw2 or &wr / &dwr */
 } Case;
 
 typedef struct {
@@ -41,10 +44,7 @@ typedef struct {
     const char *kron_norm;
 } Opt;
 
-static void refresh(Case *k) {
-    if (k->rnn) fp_layer_refresh(&fp_rnn_layer, &k->cr, &k->wr);
-    else fp_layer_refresh(&fp_mamba2_layer, &k->c2, &k->w2);
-}
+static void refresh(Case *k) { fp_layer_refresh(k->L, k->cfg, k->w); }
 
 static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
     memset(k, 0, sizeof *k);
@@ -54,57 +54,42 @@ static void case_init(Case *k, int rnn, Opt o, int B, int T, uint64_t seed) {
                  : fp_mamba2_cfg_init(&k->c2, DM, 2, 4, 4, 4, o.conv, o.h_dep, o.symm, o.glu, o.n_back, 1e-5f,
                                       o.mixer, o.rank, "silu", -1, o.kron_norm);
     CHECK(rc == IM_OK, "cfg: %s", err_msg());
+    k->L = rnn ? &fp_rnn_layer : &fp_mamba2_layer;
+    k->cfg = rnn ? (const void *)&k->cr : (const void *)&k->c2;
+    k->w = rnn ? (void *)&k->wr : (void *)&k->w2;
+    k->dw = rnn ? (void *)&k->dwr : (void *)&k->dw2;
     FptCase *b = &k->b;
     ptab_init(&b->t);
-    if (rnn) fp_layer_add_params(&fp_rnn_layer, &k->cr, &b->t, "L", 1.0f);
-    else fp_layer_add_params(&fp_mamba2_layer, &k->c2, &b->t, "L", 1.0f);
-    fpt_case_params(b, rnn ? fp_layer_eff_floats(&fp_rnn_layer, &k->cr) : fp_layer_eff_floats(&fp_mamba2_layer, &k->c2), seed);
-    if (rnn) {
-        fp_layer_bind(&fp_rnn_layer, &k->cr, &k->wr, &b->t, b->theta, "L", b->eff);
-        fp_layer_bind(&fp_rnn_layer, &k->cr, &k->dwr, &b->t, b->dtheta, "L", b->deff);
-        fp_layer_post_init(&fp_rnn_layer, &k->cr, &k->wr);
-    } else {
-        fp_layer_bind(&fp_mamba2_layer, &k->c2, &k->w2, &b->t, b->theta, "L", b->eff);
-        fp_layer_bind(&fp_mamba2_layer, &k->c2, &k->dw2, &b->t, b->dtheta, "L", b->deff);
-        fp_layer_post_init(&fp_mamba2_layer, &k->c2, &k->w2);
-    }
-    fpt_case_inputs(b, B, T, DM, 2 * DM, rnn ? fp_layer_cache_floats(&fp_rnn_layer, &k->cr, B, T) : fp_layer_cache_floats(&fp_mamba2_layer, &k->c2, B, T),
-                    rnn ? fp_layer_scratch_floats(&fp_rnn_layer, &k->cr, B, T) : fp_layer_scratch_floats(&fp_mamba2_layer, &k->c2, B, T), seed);
+    fp_layer_add_params(k->L, k->cfg, &b->t, "L", 1.0f);
+    fpt_case_params(b, fp_layer_eff_floats(k->L, k->cfg), seed);
+    fp_layer_bind(k->L, k->cfg, k->w, &b->t, b->theta, "L", b->eff);
+    fp_layer_bind(k->L, k->cfg, k->dw, &b->t, b->dtheta, "L", b->deff);
+    fp_layer_post_init(k->L, k->cfg, k->w);
+    fpt_case_inputs(b, B, T, DM, 2 * DM, fp_layer_cache_floats(k->L, k->cfg, B, T),
+                    fp_layer_scratch_floats(k->L, k->cfg, B, T), seed);
     refresh(k);
 }
 
 static void case_free(Case *k) {
-    if (k->rnn) {
-        fp_layer_unbind(&fp_rnn_layer, &k->wr);
-        fp_layer_unbind(&fp_rnn_layer, &k->dwr);
-    } else {
-        fp_layer_unbind(&fp_mamba2_layer, &k->w2);
-        fp_layer_unbind(&fp_mamba2_layer, &k->dw2);
-    }
+    fp_layer_unbind(k->L, k->w);
+    fp_layer_unbind(k->L, k->dw);
     fpt_case_free(&k->b);
 }
 
 static int fwd_at(Case *k, float *out, float *cache) {
     FptCase *b = &k->b;
-    return k->rnn ? fp_layer_fwd_at(&fp_rnn_layer, &k->cr, &k->wr, out, b->u, b->ystar, cache, b->scratch, b->B, b->T)
-                  : fp_layer_fwd_at(&fp_mamba2_layer, &k->c2, &k->w2, out, b->u, b->ystar, cache, b->scratch, b->B, b->T);
+    return fp_layer_fwd_at(k->L, k->cfg, k->w, out, b->u, b->ystar, cache, b->scratch, b->B, b->T);
 }
 
 static int fwd(Case *k, float *out, const FpSolve *sv, float *cache) {
     FptCase *b = &k->b;
-    return k->rnn ? fp_layer_fwd(&fp_rnn_layer, &k->cr, &k->wr, out, b->u, sv, cache, b->scratch, b->B, b->T)
-                  : fp_layer_fwd(&fp_mamba2_layer, &k->c2, &k->w2, out, b->u, sv, cache, b->scratch, b->B, b->T);
+    return fp_layer_fwd(k->L, k->cfg, k->w, out, b->u, sv, cache, b->scratch, b->B, b->T);
 }
 
 static void bwd(Case *k) {
     FptCase *b = &k->b;
-    if (k->rnn) {
-        fp_layer_bwd(&fp_rnn_layer, &k->cr, &k->wr, &k->dwr, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
-        fp_layer_wn_bwd(&fp_rnn_layer, &k->cr, &k->wr, &k->dwr);
-    } else {
-        fp_layer_bwd(&fp_mamba2_layer, &k->c2, &k->w2, &k->dw2, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
-        fp_layer_wn_bwd(&fp_mamba2_layer, &k->c2, &k->w2, &k->dw2);
-    }
+    fp_layer_bwd(k->L, k->cfg, k->w, k->dw, b->du, b->R, b->u, b->cache, b->scratch, b->B, b->T);
+    fp_layer_wn_bwd(k->L, k->cfg, k->w, k->dw);
 }
 
 static double loss_at(void *ctx) {
@@ -203,7 +188,7 @@ static void test_dense_recurrence(const char *mixer, int rank, float alpha_bias,
     FpSolve sv = fpt_solve(&st, &opts, (size_t)B * T * E, B);
     float *hstar = th_alloc((size_t)B * T * E);
     const float *u = k.b.u;
-    TH_CHECK(fp_layer_solve(&fp_rnn_layer, &k.cr, &k.wr, hstar, u, &sv, k.b.scratch, B, T) == IM_OK, "solve");
+    TH_CHECK(fp_layer_solve(k.L, k.cfg, k.w, hstar, u, &sv, k.b.scratch, B, T) == IM_OK, "solve");
     TH_CHECK(st.tally.converged, "%s: FPRNN solve converged (%d iterations, residual %g)", mixer, st.tally.iters,
              st.tally.best_max);
     /* the prepare part, independently and in double */
@@ -288,14 +273,12 @@ static void test_sequential(int rnn, Opt op) {
     TH_CHECK(fwd(&k, k.b.out, &sv, NULL) == IM_OK, "fwd");
     TH_CHECK(st.tally.converged, "%s: parallel solve converged (%d iterations, residual %g)", op.mixer,
              st.tally.iters, st.tally.best_max);
-    size_t nst = rnn ? fp_layer_state_floats(&fp_rnn_layer, &k.cr, B) : fp_layer_state_floats(&fp_mamba2_layer, &k.c2, B);
-    size_t nss = rnn ? fp_layer_step_scratch_floats(&fp_rnn_layer, &k.cr, B) : fp_layer_step_scratch_floats(&fp_mamba2_layer, &k.c2, B);
+    size_t nst = fp_layer_state_floats(k.L, k.cfg, B), nss = fp_layer_step_scratch_floats(k.L, k.cfg, B);
     float *state = th_alloc(nst), *ss = th_alloc(nss);
     float *ut = th_alloc((size_t)B * DM), *ot = th_alloc((size_t)B * DM), *seq = th_alloc((size_t)B * T * DM);
     for (int t = 0; t < T; t++) {
         fpt_get_token(ut, k.b.u, B, T, t, DM);
-        int rc = rnn ? fp_layer_step(&fp_rnn_layer, &k.cr, &k.wr, ot, ut, state, &ssv, ss, B)
-                     : fp_layer_step(&fp_mamba2_layer, &k.c2, &k.w2, ot, ut, state, &ssv, ss, B);
+        int rc = fp_layer_step(k.L, k.cfg, k.w, ot, ut, state, &ssv, ss, B);
         TH_CHECK(rc == IM_OK, "step");
         fpt_put_token(seq, ot, B, T, t, DM);
     }

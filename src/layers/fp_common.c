@@ -423,12 +423,12 @@ size_t fp_layer_scratch_floats(const FpLayerOps *L, const void *c, int B, int T)
 static float *begin_fwd(const FpLayerOps *L, const void *c, const void *w, FpcState *st, const float *u,
                         float *cache, float *scratch, int B, int T) {
     Carve ks = fpc_carve(scratch), kc = fpc_carve(cache);
-    float *Y = L->carve_fwd(c, st, cache ? &kc : NULL, &ks, B, T);
+    L->carve_fwd(c, st, cache ? &kc : NULL, &ks, B, T);
     L->prepare(c, w, st, u, B, T);
-    return Y;
+    return ((FpcBufs *)st)->Y;
 }
 
-/* The map of a solve: the layer's f through apply(FPC_SOLVE). */
+/* The map of a solve: a no-grad application whose output is redirected to out. */
 typedef struct {
     const FpLayerOps *L;
     const void *c, *w;
@@ -438,7 +438,10 @@ typedef struct {
 
 static void solve_f(void *ctx, float *out, const float *y) {
     SolveCtx *s = ctx;
-    s->L->apply(s->c, s->w, s->st, FPC_SOLVE, out, y, s->B, s->T);
+    float **slot = ((FpcBufs *)s->st)->ng_out, *keep = *slot;
+    *slot = out;
+    s->L->step(s->c, s->w, s->st, -1, y, 1, s->B, s->T);
+    *slot = keep;
 }
 
 /* Y ← 0, then the caller's solve of the layer's map. */
@@ -459,8 +462,8 @@ static int graded_and_output(const FpLayerOps *L, const void *c, const void *w, 
     size_t ME = (size_t)B * T * p.E;
     const float *y = Y;
     for (int k = 0; k < p.n_back; k++) {
-        if (with_cache) y = L->apply(c, w, st, k, NULL, y, B, T);
-        else memcpy(Y, L->apply(c, w, st, FPC_NOGRAD, NULL, Y, B, T), ME * sizeof(float));
+        if (with_cache) y = L->step(c, w, st, k, y, 0, B, T);
+        else memcpy(Y, L->step(c, w, st, -1, Y, 0, B, T), ME * sizeof(float));
     }
     L->output(c, w, st, out, y, with_cache, B, T);
     return fpc_check_finite(out, (size_t)B * T * p.D, L->name);
@@ -491,23 +494,24 @@ int fp_layer_solve(const FpLayerOps *L, const void *c, const void *w, float *yst
     return rc;
 }
 
-void fp_layer_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw, float *du, const float *dout,
-                  const float *u, const float *cache, float *scratch, int B, int T) {
-    FpcState st;
+void fpc_graded_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw, void *st, int B, int T) {
     FpcParts p = parts(L, c, NULL);
     size_t ME = (size_t)B * T * p.E;
-    Carve kc = fpc_carve((float *)cache), ks = fpc_carve(scratch);
-    L->carve_bwd(c, &st, &kc, &ks, B, T);
-    float *dy, *dprev;
-    L->bwd_output(c, w, dw, &st, dout, &dy, &dprev, B, T);
-    /* graded steps, last first; the first step's input Y* is a constant */
+    float *dy = ((FpcBufs *)st)->dy, *dprev = ((FpcBufs *)st)->dprev;
     for (int k = p.n_back - 1; k >= 0; k--) {
         float *dp = k > 0 ? dprev : NULL;
         if (dp) memset(dp, 0, ME * sizeof(float));
-        L->bwd_step(c, w, dw, &st, k, dy, dp, B, T);
+        L->bwd_step(c, w, dw, st, k, dy, dp, B, T);
         if (dp) memcpy(dy, dp, ME * sizeof(float));
     }
-    L->bwd_prepare(c, w, dw, &st, du, u, B, T);
+}
+
+void fp_layer_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw, float *du, const float *dout,
+                  const float *u, const float *cache, float *scratch, int B, int T) {
+    FpcState st;
+    Carve kc = fpc_carve((float *)cache), ks = fpc_carve(scratch);
+    L->carve_bwd(c, &st, &kc, &ks, B, T);
+    L->bwd(c, w, dw, &st, dout, du, u, B, T);
 }
 
 size_t fp_layer_state_floats(const FpLayerOps *L, const void *c, int B) { return L->state_floats(c, B); }
@@ -515,8 +519,7 @@ size_t fp_layer_state_floats(const FpLayerOps *L, const void *c, int B) { return
 size_t fp_layer_step_scratch_floats(const FpLayerOps *L, const void *c, int B) {
     FpcState st;
     Carve k = {0};
-    float *y;
-    L->carve_tok(c, &st, &k, &y, B);
+    L->carve_tok(c, &st, &k, B);
     return fpc_carved(&k);
 }
 
@@ -539,7 +542,8 @@ int fp_layer_step(const FpLayerOps *L, const void *c, const void *w, float *out,
     FpcParts p = parts(L, c, NULL);
     size_t BE = (size_t)B * p.E;
     Carve k = fpc_carve(scratch);
-    float *y, *Y = L->carve_tok(c, &st, &k, &y, B);
+    L->carve_tok(c, &st, &k, B);
+    float *Y = ((FpcBufs *)&st)->Y, *y = ((FpcBufs *)&st)->tok_y;
     L->tok_prepare(c, w, &st, u, state, B);
     TokCtx tc = {L, c, w, &st, B};
     FpMap map = {.ctx = &tc, .n = BE, .nb = B, .f = tok_f};

@@ -199,8 +199,15 @@ typedef union {
     unsigned char bytes[FPC_STATE_BYTES];
 } FpcState;
 
-/* apply's k for the two no-grad applications: a graded step without a cache, a solve iteration. */
-enum { FPC_NOGRAD = -1, FPC_SOLVE = -2 };
+/* What the drivers reach in a family's buffers: a family's State begins with it, and its carves
+ * fill it. */
+typedef struct {
+    float *Y;       /* the iterate: (B,T,E) in the forward's scratch, (B,E) in the step's */
+    float **ng_out; /* the output pointer of the no-grad application (a solve iteration redirects it) */
+    float *dy;      /* backward: (B,T,E) the gradient on a graded step's output ... */
+    float *dprev;   /* ... and on its input */
+    float *tok_y;   /* step: (B,E) one application's output */
+} FpcBufs;
 
 /* A family. c, w, dw are its cfg and weight structs; st its buffers in an FpcState; the Carves
  * measure when their base is NULL (STYLE §8.6). */
@@ -212,34 +219,38 @@ struct FpLayerOps {
     void (*add_params)(const void *c, ParamTable *t, const char *prefix, float out_scale);
     void (*bind)(const void *c, void *w, const ParamTable *t, float *block, const char *prefix);
     void (*post_init)(const void *c, void *w); /* init rules the table cannot express | NULL */
-    /* forward: carve the buffers (kc NULL: no cache, the prepare buffers come from ks) and return
-     * the iterate Y:(B,T,E) in the scratch; the prepare part; what the solve's iterations share
-     * (| NULL); one application of f on yin (k >= 0: graded step k into the cache, FPC_NOGRAD,
-     * FPC_SOLVE: into yout), returning its output; the output from the last graded y. */
-    float *(*carve_fwd)(const void *c, void *st, Carve *kc, Carve *ks, int B, int T);
+    /* forward: carve the buffers (kc NULL: no cache, the prepare buffers come from ks; sets Y and
+     * ng_out); the prepare part; what the solve's iterations share (| NULL); one application of f
+     * on yin, graded step k >= 0 into the cache or the no-grad one (k < 0; solve: an iteration of
+     * the solve, which may use what presolve prepared), returning its output; the output from the
+     * last graded y. */
+    void (*carve_fwd)(const void *c, void *st, Carve *kc, Carve *ks, int B, int T);
     void (*prepare)(const void *c, const void *w, void *st, const float *u, int B, int T);
     void (*presolve)(const void *c, const void *w, void *st, int B, int T);
-    const float *(*apply)(const void *c, const void *w, void *st, int k, float *yout, const float *yin, int B, int T);
+    const float *(*step)(const void *c, const void *w, void *st, int k, const float *yin, int solve, int B, int T);
     void (*output)(const void *c, const void *w, void *st, float *out, const float *y, int with_cache, int B, int T);
-    /* backward: carve the cache as the forward left it and the backward's scratch; zero the
-     * gradient buffers and run the output's backward, giving dy on the last graded output and the
-     * buffer *dprev for chaining; graded step k's backward (dyprev NULL: its input is constant);
-     * the prepare part's backward into dw and du. */
+    /* backward: carve the cache as the forward left it and the backward's scratch (sets dy and
+     * dprev); the backward: zero the gradient buffers, the output's backward into dy (the
+     * gradient on the last graded output), fpc_graded_bwd, the prepare part's backward into dw
+     * and du; graded step k's backward (dyprev NULL: its input is constant). */
     void (*carve_bwd)(const void *c, void *st, Carve *kc, Carve *ks, int B, int T);
-    void (*bwd_output)(const void *c, const void *w, void *dw, void *st, const float *dout, float **dy,
-                       float **dprev, int B, int T);
+    void (*bwd)(const void *c, const void *w, void *dw, void *st, const float *dout, float *du, const float *u, int B,
+                int T);
     void (*bwd_step)(const void *c, const void *w, void *dw, void *st, int k, const float *dy, float *dyprev, int B,
                      int T);
-    void (*bwd_prepare)(const void *c, const void *w, void *dw, void *st, float *du, const float *u, int B, int T);
-    /* sequential mode: the state's floats; carve the step's scratch (returns the iterate Y:(B,E)
-     * and the application's output y:(B,E)); the token's prepare (all that is fixed during its
+    /* sequential mode: the state's floats; carve the step's scratch (sets Y and tok_y); the
+     * token's prepare (all that is fixed during its
      * solve; reads and may commit state); one application (commit: the last one, which commits
      * the recurrent state); the output from y, and the state's previous-token slot. */
     size_t (*state_floats)(const void *c, int B);
-    float *(*carve_tok)(const void *c, void *st, Carve *k, float **y, int B);
+    void (*carve_tok)(const void *c, void *st, Carve *k, int B);
     void (*tok_prepare)(const void *c, const void *w, void *st, const float *u, float *state, int B);
     void (*tok_apply)(const void *c, const void *w, void *st, float *out, const float *y, int commit, int B);
     void (*tok_output)(const void *c, const void *w, void *st, float *out, const float *y, float *state, int B);
 };
+
+/* The middle of a family's backward: the graded steps from dy, last first (the first one's input
+ * Y* is a constant), chaining through dprev. */
+void fpc_graded_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw, void *st, int B, int T);
 
 #endif

@@ -255,6 +255,7 @@ typedef struct {
 
 /* The buffers of one call (fp_common.h's FpcState). */
 typedef struct {
+    FpcBufs b;     /* what the drivers reach (first) */
     FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
     FwdScratch sc;
     BwdScratch g;
@@ -262,16 +263,18 @@ typedef struct {
     TokCtx tc;
     float *yprev;  /* (B,E) the state's previous y */
 } State;
+_Static_assert(offsetof(State, b) == 0, "the drivers' view first");
 _Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_mamba's buffers fit an FpcState");
 
-static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+static void carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
     const FpMambaCfg *c = cv;
     State *s = sv;
     carve_fwd_scratch(c, ks, &s->sc, B, T);
     FpMambaCfg c1 = *c;
     c1.n_back = 0; /* without a cache: the prepare and output buffers from the scratch */
     carve_cache(kc ? c : &c1, kc ? kc : ks, &s->f, B * T);
-    return s->sc.Y;
+    s->b.Y = s->sc.Y;
+    s->b.ng_out = &s->sc.ng.y;
 }
 
 static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
@@ -286,22 +289,13 @@ static void presolve(const void *cv, const void *wv, void *sv, int B, int T) {
         mixer_project_fixed(&c->mix, ((const FpMambaW *)wv)->mixer, s->sc.rawfix, s->f.xc, c->E, B * T);
 }
 
-static const float *apply(const void *c, const void *w, void *sv, int k, float *yout, const float *yin, int B,
-                          int T) {
+/* solve: with the x share of the projections computed once (presolve) */
+static const float *step(const void *c, const void *w, void *sv, int k, const float *yin, int solve, int B,
+                         int T) {
     State *s = sv;
-    if (k >= 0) {
-        step_fwd(c, w, &s->f, &s->f.step[k], yin, NULL, s->sc.mscratch, B, T);
-        return s->f.step[k].y;
-    }
-    if (k == FPC_NOGRAD) {
-        step_fwd(c, w, &s->f, &s->sc.ng, yin, NULL, s->sc.mscratch, B, T);
-        return s->sc.ng.y;
-    }
-    float *keep = s->sc.ng.y; /* FPC_SOLVE: into yout, with the fixed projections */
-    s->sc.ng.y = yout;
-    step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.rawfix, s->sc.mscratch, B, T);
-    s->sc.ng.y = keep;
-    return yout;
+    StepBufs *sb = k >= 0 ? &s->f.step[k] : &s->sc.ng;
+    step_fwd(c, w, &s->f, sb, yin, solve ? s->sc.rawfix : NULL, s->sc.mscratch, B, T);
+    return sb->y;
 }
 
 /* out = W_out(silu(z + W_zy shift(y)) ⊙ y) or W_out y; fills f->sy, zs, gy */
@@ -320,17 +314,25 @@ static void carve_bwd(const void *c, void *sv, Carve *kc, Carve *ks, int B, int 
     State *s = sv;
     carve_cache(c, kc, &s->f, B * T);
     carve_bwd_scratch(c, ks, &s->g, B * T);
+    s->b.dy = s->g.dy;
+    s->b.dprev = s->g.dyprev;
 }
 
-static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
-                       float **dprev, int B, int T) {
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
+}
+
+static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float *du, const float *u,
+                int B, int T) {
     const FpMambaCfg *c = cv;
     const FpMambaW *w = wv;
     FpMambaW *dw = dwv;
     State *s = sv;
     FwdCache *f = &s->f;
     BwdScratch *g = &s->g;
-    int M = B * T, E = c->E, N = c->N, D = c->D;
+    int M = B * T, E = c->E, N = c->N, R = c->R, D = c->D;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
     const float *y = f->step[c->n_back - 1].y;
     memset(g->dz, 0, ME * sizeof(float));
@@ -341,27 +343,9 @@ static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, cons
     memset(g->dA, 0, (size_t)E * N * sizeof(float));
     fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
                      c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
-    *dy = g->dy;
-    *dprev = g->dyprev;
-}
-
-static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
-                     int T) {
-    State *s = sv;
-    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
-}
-
-/* prepare: Δ = softplus(dtpre), dtpre = dlow W_dtᵀ + b_dt, [δlow ; B ; C] = W_x xc, conv, W_in */
-static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
-                        int T) {
-    const FpMambaCfg *c = cv;
-    const FpMambaW *w = wv;
-    FpMambaW *dw = dwv;
-    State *s = sv;
-    FwdCache *f = &s->f;
-    BwdScratch *g = &s->g;
-    int M = B * T, E = c->E, N = c->N, R = c->R, D = c->D;
-    size_t ME = (size_t)M * E;
+    /* the graded steps, last first (fp_common.c); then the prepare part: Δ = softplus(dtpre),
+     * dtpre = dlow W_dtᵀ + b_dt, [δlow ; B ; C] = W_x xc, conv, W_in */
+    fpc_graded_bwd(&fp_mamba_layer, c, w, dw, sv, B, T);
     k_mul_sigmoid(g->ddt, f->dtpre, NULL, M, E); /* softplus' = sigmoid */
     memset(g->ddlow, 0, (size_t)M * R * sizeof(float));
     k_linear_bwd(g->ddlow, dw->dt_w, dw->dt_b, g->ddt, f->dlow, w->dt_w, M, R, E);
@@ -406,9 +390,10 @@ static size_t state_floats(const void *cv, int B) {
     return (size_t)B * ((size_t)c->E * c->W + (size_t)c->E * c->N + c->E);
 }
 
-static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+static void carve_tok(const void *cv, void *sv, Carve *k, int B) {
     const FpMambaCfg *c = cv;
-    TokBufs *t = &((State *)sv)->t;
+    State *s = sv;
+    TokBufs *t = &s->t;
     size_t BE = (size_t)B * c->E, BN = (size_t)B * c->N;
     t->xpre = fpc_take(k, BE);
     t->z = fpc_take(k, BE);
@@ -432,8 +417,8 @@ static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
     t->gy = fpc_take(k, BE);
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
     t->rawfix = mixer_fixed_floats(&c->mix, B) ? fpc_take(k, mixer_fixed_floats(&c->mix, B)) : NULL;
-    *y = t->y;
-    return t->Y;
+    s->b.Y = t->Y;
+    s->b.tok_y = t->y;
 }
 
 static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
@@ -491,8 +476,8 @@ static void tok_output(const void *cv, const void *wv, void *sv, float *out, con
 
 const FpLayerOps fp_mamba_layer = {
     .name = "fp_mamba", .w_bytes = sizeof(FpMambaW), .parts = parts, .add_params = add_params, .bind = bind,
-    .post_init = post_init, .carve_fwd = carve_fwd, .prepare = prepare_row, .presolve = presolve, .apply = apply,
-    .output = output, .carve_bwd = carve_bwd, .bwd_output = bwd_output, .bwd_step = bwd_step,
-    .bwd_prepare = bwd_prepare, .state_floats = state_floats, .carve_tok = carve_tok, .tok_prepare = tok_prepare,
+    .post_init = post_init, .carve_fwd = carve_fwd, .prepare = prepare_row, .presolve = presolve, .step = step,
+    .output = output, .carve_bwd = carve_bwd, .bwd = bwd, .bwd_step = bwd_step,
+    .state_floats = state_floats, .carve_tok = carve_tok, .tok_prepare = tok_prepare,
     .tok_apply = tok_apply, .tok_output = tok_output,
 };

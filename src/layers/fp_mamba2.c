@@ -255,6 +255,7 @@ typedef struct {
 
 /* The buffers of one call (fp_common.h's FpcState). */
 typedef struct {
+    FpcBufs b;     /* what the drivers reach (first) */
     FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
     FwdScratch sc;
     BwdScratch g;
@@ -262,37 +263,30 @@ typedef struct {
     TokCtx tc;
     float *yprev;  /* (B,E) the state's previous y */
 } State;
+_Static_assert(offsetof(State, b) == 0, "the drivers' view first");
 _Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_mamba2's buffers fit an FpcState");
 
-static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+static void carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
     const FpMamba2Cfg *c = cv;
     State *s = sv;
     carve_fwd_scratch(c, ks, &s->sc, B, T);
     /* without a cache: the prepare and output buffers from the scratch */
     carve_cache(c, kc ? kc : ks, &s->f, B, T, kc ? c->n_back : 0);
-    return s->sc.Y;
+    s->b.Y = s->sc.Y;
+    s->b.ng_out = &s->sc.ng.y;
 }
 
 static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
     prepare(c, w, &((State *)sv)->f, u, B, T);
 }
 
-static const float *apply(const void *c, const void *w, void *sv, int k, float *yout, const float *yin, int B,
-                          int T) {
+static const float *step(const void *c, const void *w, void *sv, int k, const float *yin, int solve, int B,
+                         int T) {
     State *s = sv;
-    if (k >= 0) {
-        step_fwd(c, w, &s->f, &s->f.step[k], yin, s->sc.mscratch, B, T);
-        return s->f.step[k].y;
-    }
-    if (k == FPC_NOGRAD) {
-        step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.mscratch, B, T);
-        return s->sc.ng.y;
-    }
-    float *keep = s->sc.ng.y; /* FPC_SOLVE: into yout */
-    s->sc.ng.y = yout;
-    step_fwd(c, w, &s->f, &s->sc.ng, yin, s->sc.mscratch, B, T);
-    s->sc.ng.y = keep;
-    return yout;
+    StepBufs *sb = k >= 0 ? &s->f.step[k] : &s->sc.ng;
+    (void)solve;
+    step_fwd(c, w, &s->f, sb, yin, s->sc.mscratch, B, T);
+    return sb->y;
 }
 
 /* out = W_out(silu(z + W_zy shift(y)) ⊙ y) or W_out y; fills f->sy, zs, gy. The reference's
@@ -313,17 +307,25 @@ static void carve_bwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int
     State *s = sv;
     carve_cache(c, kc, &s->f, B, T, c->n_back);
     carve_bwd_scratch(c, ks, &s->g, B * T);
+    s->b.dy = s->g.dy;
+    s->b.dprev = s->g.dyprev;
 }
 
-static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
-                       float **dprev, int B, int T) {
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
+}
+
+static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float *du, const float *u,
+                int B, int T) {
     const FpMamba2Cfg *c = cv;
     const FpMamba2W *w = wv;
     FpMamba2W *dw = dwv;
     State *s = sv;
     FwdCache *f = &s->f;
     BwdScratch *g = &s->g;
-    int M = B * T, E = c->E, N = c->N, D = c->D, H = c->H;
+    int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
     const float *y = f->step[c->n_back - 1].y;
     memset(g->dz, 0, ME * sizeof(float));
@@ -334,26 +336,9 @@ static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, cons
     memset(g->dA, 0, (size_t)H * sizeof(float));
     fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
                      c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
-    *dy = g->dy;
-    *dprev = g->dyprev;
-}
-
-static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dy, float *dyprev, int B,
-                     int T) {
-    State *s = sv;
-    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dy, dyprev, B, T);
-}
-
-/* prepare: Δ = softplus(δ + dt_bias), A = −exp(A_log), xBC = silu(conv(xBC_pre)), W_in */
-static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
-                        int T) {
-    const FpMamba2Cfg *c = cv;
-    const FpMamba2W *w = wv;
-    FpMamba2W *dw = dwv;
-    State *s = sv;
-    FwdCache *f = &s->f;
-    BwdScratch *g = &s->g;
-    int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
+    /* the graded steps, last first (fp_common.c); then the prepare part: Δ = softplus(δ + dt_bias),
+     * A = −exp(A_log), xBC = silu(conv(xBC_pre)), W_in */
+    fpc_graded_bwd(&fp_mamba2_layer, c, w, dw, sv, B, T);
     k_mul_sigmoid(g->ddt, f->dtraw, w->dt_bias, M, H); /* softplus' = sigmoid */
     if (dw->dt_bias)
         for (int m = 0; m < M; m++)
@@ -403,9 +388,10 @@ static size_t state_floats(const void *cv, int B) {
     return (size_t)B * ((size_t)c->C * c->W + (size_t)c->H * c->P * c->N + c->E);
 }
 
-static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+static void carve_tok(const void *cv, void *sv, Carve *k, int B) {
     const FpMamba2Cfg *c = cv;
-    TokBufs *t = &((State *)sv)->t;
+    State *s = sv;
+    TokBufs *t = &s->t;
     size_t BE = (size_t)B * c->E, BN = (size_t)B * c->N;
     t->z = fpc_take(k, BE);
     t->xbc_pre = fpc_take(k, (size_t)B * c->C);
@@ -422,8 +408,8 @@ static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
     t->gy = fpc_take(k, BE);
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
     carve_step(c, k, &t->sb, B, 1, 0);
-    *y = t->y;
-    return t->Y;
+    s->b.Y = t->Y;
+    s->b.tok_y = t->y;
 }
 
 static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
@@ -475,7 +461,7 @@ static void tok_output(const void *cv, const void *wv, void *sv, float *out, con
 
 const FpLayerOps fp_mamba2_layer = {
     .name = "fp_mamba2", .w_bytes = sizeof(FpMamba2W), .parts = parts, .add_params = add_params, .bind = bind,
-    .carve_fwd = carve_fwd, .prepare = prepare_row, .apply = apply, .output = output, .carve_bwd = carve_bwd,
-    .bwd_output = bwd_output, .bwd_step = bwd_step, .bwd_prepare = bwd_prepare, .state_floats = state_floats,
+    .carve_fwd = carve_fwd, .prepare = prepare_row, .step = step, .output = output, .carve_bwd = carve_bwd,
+    .bwd = bwd, .bwd_step = bwd_step, .state_floats = state_floats,
     .carve_tok = carve_tok, .tok_prepare = tok_prepare, .tok_apply = tok_apply, .tok_output = tok_output,
 };

@@ -287,6 +287,7 @@ typedef struct {
 
 /* The buffers of one call (fp_common.h's FpcState). */
 typedef struct {
+    FpcBufs b;     /* what the drivers reach (first) */
     FwdCache f;    /* in the cache, or without one its prepare and output buffers in the scratch */
     FwdScratch sc;
     BwdScratch g;
@@ -294,37 +295,30 @@ typedef struct {
     TokCtx tc;
     float *xwin, *cwin, *hprev; /* the state's parts */
 } State;
+_Static_assert(offsetof(State, b) == 0, "the drivers' view first");
 _Static_assert(sizeof(State) <= FPC_STATE_BYTES, "fp_rnn's buffers fit an FpcState");
 
-static float *carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
+static void carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int T) {
     const FpRnnCfg *c = cv;
     State *s = sv;
     carve_fwd_scratch(c, ks, &s->sc, B, T);
     /* without a cache: the prepare and output buffers from the scratch */
     carve_cache(c, kc ? kc : ks, &s->f, B * T, kc ? c->n_back : 0);
-    return s->sc.Y;
+    s->b.Y = s->sc.Y;
+    s->b.ng_out = &s->sc.ng.h;
 }
 
 static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
     prepare(c, w, &((State *)sv)->f, u, B, T);
 }
 
-static const float *apply(const void *c, const void *w, void *sv, int k, float *hout, const float *hin, int B,
-                          int T) {
+static const float *step(const void *c, const void *w, void *sv, int k, const float *yin, int solve, int B,
+                         int T) {
     State *s = sv;
-    if (k >= 0) {
-        step_fwd(c, w, &s->f, &s->f.step[k], hin, s->sc.mscratch, B, T);
-        return s->f.step[k].h;
-    }
-    if (k == FPC_NOGRAD) {
-        step_fwd(c, w, &s->f, &s->sc.ng, hin, s->sc.mscratch, B, T);
-        return s->sc.ng.h;
-    }
-    float *keep = s->sc.ng.h; /* FPC_SOLVE: into hout */
-    s->sc.ng.h = hout;
-    step_fwd(c, w, &s->f, &s->sc.ng, hin, s->sc.mscratch, B, T);
-    s->sc.ng.h = keep;
-    return hout;
+    StepBufs *sb = k >= 0 ? &s->f.step[k] : &s->sc.ng;
+    (void)solve;
+    step_fwd(c, w, &s->f, sb, yin, s->sc.mscratch, B, T);
+    return sb->h;
 }
 
 static void output(const void *c, const void *w, void *sv, float *out, const float *h, int with_cache, int B, int T) {
@@ -336,6 +330,8 @@ static void carve_bwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int
     State *s = sv;
     carve_cache(c, kc, &s->f, B * T, c->n_back);
     carve_bwd_scratch(c, ks, &s->g, B * T);
+    s->b.dy = s->g.dh;
+    s->b.dprev = s->g.dhprev;
 }
 
 /* dpre = dact ⊙ silu'(pre) (written) */
@@ -345,8 +341,14 @@ static void silu_back(float *dpre, const float *dact, const float *pre, size_t n
 }
 
 /* output: W_out, gated RMSNorm, c ⊙ h, W_c, conv_c over [x ; h] */
-static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float **dy,
-                       float **dprev, int B, int T) {
+static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dh, float *dhprev, int B,
+                     int T) {
+    State *s = sv;
+    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dh, dhprev, B, T);
+}
+
+static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float *dout, float *du, const float *u,
+                int B, int T) {
     const FpRnnCfg *c = cv;
     const FpRnnW *w = wv;
     FpRnnW *dw = dwv;
@@ -382,27 +384,9 @@ static void bwd_output(const void *cv, const void *wv, void *dwv, void *sv, cons
             dhr[i] += r[E + i];
         }
     }
-    *dy = g->dh;
-    *dprev = g->dhprev;
-}
-
-static void bwd_step(const void *c, const void *w, void *dw, void *sv, int k, const float *dh, float *dhprev, int B,
-                     int T) {
-    State *s = sv;
-    step_bwd(c, w, dw, &s->f, &s->f.step[k], &s->g, dh, dhprev, B, T);
-}
-
-/* prepare: λ = σ(W_λ x^λ + b_λ), bx = silu(W_b x^b) ⊙ x, then the four branch convs */
-static void bwd_prepare(const void *cv, const void *wv, void *dwv, void *sv, float *du, const float *u, int B,
-                        int T) {
-    const FpRnnCfg *c = cv;
-    const FpRnnW *w = wv;
-    FpRnnW *dw = dwv;
-    State *s = sv;
-    FwdCache *f = &s->f;
-    BwdScratch *g = &s->g;
-    int M = B * T, E = c->E, D = c->D, W = c->W;
-    size_t ME = (size_t)M * E;
+    /* the graded steps, last first (fp_common.c); then the prepare part: λ = σ(W_λ x^λ + b_λ),
+     * bx = silu(W_b x^b) ⊙ x, then the four branch convs */
+    fpc_graded_bwd(&fp_rnn_layer, c, w, dw, sv, B, T);
     float *dact[N_BR] = {g->dx, g->dt1, g->dt1 + ME, g->dxm}; /* dt1 (2ME) holds d x^b | d x^λ */
     memset(g->dt1, 0, 2 * ME * sizeof(float));
     for (size_t i = 0; i < ME; i++) {
@@ -434,9 +418,10 @@ static size_t state_floats(const void *cv, int B) {
     return (size_t)B * ((size_t)c->E * c->W + 2 * (size_t)c->E * c->W + c->E);
 }
 
-static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
+static void carve_tok(const void *cv, void *sv, Carve *k, int B) {
     const FpRnnCfg *c = cv;
-    TokBufs *t = &((State *)sv)->t;
+    State *s = sv;
+    TokBufs *t = &s->t;
     size_t BE = (size_t)B * c->E;
     t->xpre = fpc_take(k, BE);
     t->z = fpc_take(k, BE);
@@ -456,8 +441,8 @@ static float *carve_tok(const void *cv, void *sv, Carve *k, float **y, int B) {
     t->yv = fpc_take(k, BE);
     t->nrm = fpc_take(k, BE);
     t->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, B));
-    *y = t->h;
-    return t->Y;
+    s->b.Y = t->Y;
+    s->b.tok_y = t->h;
 }
 
 static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u, float *state, int B) {
@@ -523,7 +508,7 @@ static void tok_output(const void *cv, const void *wv, void *sv, float *out, con
 
 const FpLayerOps fp_rnn_layer = {
     .name = "fp_rnn", .w_bytes = sizeof(FpRnnW), .parts = parts, .add_params = add_params, .bind = bind,
-    .carve_fwd = carve_fwd, .prepare = prepare_row, .apply = apply, .output = output, .carve_bwd = carve_bwd,
-    .bwd_output = bwd_output, .bwd_step = bwd_step, .bwd_prepare = bwd_prepare, .state_floats = state_floats,
+    .carve_fwd = carve_fwd, .prepare = prepare_row, .step = step, .output = output, .carve_bwd = carve_bwd,
+    .bwd = bwd, .bwd_step = bwd_step, .state_floats = state_floats,
     .carve_tok = carve_tok, .tok_prepare = tok_prepare, .tok_apply = tok_apply, .tok_output = tok_output,
 };

@@ -178,7 +178,8 @@ static void prepare(const LmMixCtx *x, const void *w) {
 
 /* The layer's scratch, then the solver's for the map of B samples of T tokens. */
 static size_t layer_scratch(const FpKindCfg *k, int B, int T) {
-    return T ? fp_layer_scratch_floats(k->fam->layer, &k->c, B, T) : fp_layer_step_scratch_floats(k->fam->layer, &k->c, B);
+    const FpLayerOps *L = k->fam->layer;
+    return T ? fp_layer_scratch_floats(L, &k->c, B, T) : fp_layer_step_scratch_floats(L, &k->c, B);
 }
 
 static size_t solver_scratch(const FpKindCfg *k, int B, int T) {
@@ -197,7 +198,9 @@ static size_t state_floats(const void *cfg, int B) {
     const FpKindCfg *k = cfg;
     return fp_layer_state_floats(k->fam->layer, &k->c, B);
 }
-static size_t step_scratch_floats(const void *cfg, int B) { return layer_scratch(cfg, B, 0) + solver_scratch(cfg, B, 0); }
+static size_t step_scratch_floats(const void *cfg, int B) {
+    return layer_scratch(cfg, B, 0) + solver_scratch(cfg, B, 0);
+}
 
 /* ---- the solver policy --------------------------------------------------------------------------- */
 
