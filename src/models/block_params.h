@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../layers/block.h"
+#include "config.h"
 
 #define MAMBA2_MIXER_PARAMS(X)                                                                 \
     X(mamba2.in_proj, "mixer.in_proj.weight", INIT_UNIFORM, 1 / sqrtf(D), 0, 1, 2, K, D, 0)    \
@@ -47,6 +48,27 @@ static inline void block_params_bind(BlockW *w, const BlockW *off, float *base, 
     if (bc->mlp.kind == MLP_SWIGLU) { SWIGLU_PARAMS(BLOCK_PARAMS_BIND) }
     if (bc->mlp.kind == MLP_GATED) { GATED_MLP_PARAMS(BLOCK_PARAMS_BIND) }
 #undef BLOCK_PARAMS_BIND
+}
+
+
+/* The block of a block-stack LM from its config: Mamba2 or attention (RoPE, KV cache of
+ * max_seq_len) mixer, then the MLP of d_inner, whose "auto" kind is the reference's choice per
+ * family (SwiGLU with attention, gated with Mamba2). */
+static inline void block_cfg_of(BlockCfg *bc, const ModelCfg *c, int is_attn) {
+    MlpKind mk = c->d_inner <= 0                  ? MLP_NONE
+                 : !strcmp(c->mlp_type, "swiglu") ? MLP_SWIGLU
+                 : !strcmp(c->mlp_type, "gated")  ? MLP_GATED
+                 : is_attn                        ? MLP_SWIGLU
+                                                  : MLP_GATED;
+    if (is_attn) {
+        AttnCfg ac;
+        attn_cfg_init(&ac, c->d_model, c->n_head, (float)c->rope_theta, c->max_seq_len);
+        block_cfg_attn(bc, &ac, mk, c->d_inner, (float)c->norm_eps);
+    } else {
+        Mamba2Cfg mc;
+        mamba2_cfg_init(&mc, c->d_model, c->expand, c->d_state, c->headdim, c->d_conv, (float)c->norm_eps);
+        block_cfg_mamba2(bc, &mc, mk, c->d_inner, (float)c->norm_eps);
+    }
 }
 
 #endif

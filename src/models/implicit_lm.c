@@ -36,7 +36,7 @@
 #include "../layers/head.h"
 #include "../layers/rmsnorm.h"
 #include "block_params.h"
-#include "lm_common.h"
+#include "lm_stack.h"
 
 enum { MODE_PHANTOM, MODE_UNROLLED, MODE_IFT, MODE_EVAL };
 
@@ -49,6 +49,7 @@ typedef struct {
 } EffMap;
 
 typedef struct {
+    LmStack stack;        /* the plumbing of lm_stack.h: activation and state arenas, the ends */
     BlockCfg bc;
     int L, D, K;
     ParamTable eff_tab;   /* names/shapes of the effective tensors (explicit layout) */
@@ -60,8 +61,6 @@ typedef struct {
     size_t pack_per;
     size_t o_inj_w, o_inj_b, o_inj_norm, o_norm_f;   /* effective offsets */
     /* activations */
-    Arena acts;
-    LmEnds ends;
     float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path */
     float *zs;            /* (S_max+1, B,T,D) */
     float *fout, *hbuf;   /* (B,T,D), (2, B,T,D) */
@@ -80,9 +79,8 @@ typedef struct {
     int S_max, S, mode;
     float taus[256];
     float *cur_cache;     /* linearisation point of vjp (IFT) */
-    /* step state */
-    Arena st;
-    float *state, *step_scratch, *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep, *step_res;
+    /* step state (the layers' state and step scratch are the stack's) */
+    float *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep, *step_res;
     int *step_first;      /* (B) sequential: per-row step diagnostics of the token's solve */
     size_t step_solver_n; /* floats of step_solver: sized for the sequential solver at state init */
     Rng noise_rng;        /* spec §7 noise, reseeded per sequence batch */
@@ -164,18 +162,9 @@ static int build(Model *m, int is_attn) {
     const ModelCfg *c = &m->cfg;
     ImplicitLm *im = xcalloc(1, sizeof *im);
     m->impl = im;
+    im->stack.max_len = is_attn ? c->max_seq_len : 0;   /* the KV cache */
     ptab_init(&im->eff_tab);
-    MlpKind mk = c->d_inner <= 0 ? MLP_NONE : !strcmp(c->mlp_type, "gated") ? MLP_GATED
-                 : !strcmp(c->mlp_type, "swiglu") ? MLP_SWIGLU : is_attn ? MLP_SWIGLU : MLP_GATED;
-    if (is_attn) {
-        AttnCfg ac;
-        attn_cfg_init(&ac, c->d_model, c->n_head, (float)c->rope_theta, c->max_seq_len);
-        block_cfg_attn(&im->bc, &ac, mk, c->d_inner, (float)c->norm_eps);
-    } else {
-        Mamba2Cfg mc;
-        mamba2_cfg_init(&mc, c->d_model, c->expand, c->d_state, c->headdim, c->d_conv, (float)c->norm_eps);
-        block_cfg_mamba2(&im->bc, &mc, mk, c->d_inner, (float)c->norm_eps);
-    }
+    block_cfg_of(&im->bc, c, is_attn);
     im->L = c->n_layer;
     im->D = c->d_model;
     im->K = block_u_dim(&im->bc);
@@ -338,7 +327,7 @@ static size_t solver_floats(const ModelCfg *c, size_t n, int nb) {
 static void carve(Model *m, Arena *a, int B, int T) {
     ImplicitLm *im = m->impl;
     size_t M = (size_t)B * T, MD = M * im->D;
-    lm_ends_carve(&im->ends, a, m, B, T);
+    lm_ends_carve(&im->stack.ends, a, m, B, T);
     im->xn_inj = arena_floats(a, MD);
     im->rstd_inj = arena_floats(a, M);
     im->u = arena_floats(a, M * im->K);
@@ -372,14 +361,7 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->ext_masks = ext && m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
 }
 
-static int plan(Model *m, int B, int T) {
-    ImplicitLm *im = m->impl;
-    if (im->bc.mixer == MIXER_ATTN && T > m->cfg.max_seq_len)
-        return err_set(IM_EINVAL, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
-    int rc = lm_arena_plan(&im->acts, m, B, T, carve);
-    m->act_bytes = im->acts.cap;
-    return rc;
-}
+static int plan(Model *m, int B, int T) { return lm_stack_plan_acts(m, B, T, carve); }
 
 /* ---- f and its backward ---------------------------------------------------------------------- */
 typedef struct {
@@ -418,7 +400,7 @@ static void f_fwd(Model *m, float *z_out, const float *z, float *cache, int B, i
         }
         cur = out;
     }
-    float *rstd = cache ? cache + (size_t)im->L * (MD + im->block_cache_per) + MD : im->ends.rstd_f;
+    float *rstd = cache ? cache + (size_t)im->L * (MD + im->block_cache_per) + MD : im->stack.ends.rstd_f;
     rmsnorm_fwd(z_out, rstd, cur, eff_at(im, im->o_norm_f), (int)M, im->D, (float)m->cfg.norm_eps);
 }
 
@@ -457,8 +439,8 @@ static void map_vjp(void *ctx, float *dz, const float *g) {
 static void inject(Model *m, const int *ids, int B, int T) {
     ImplicitLm *im = m->impl;
     int M = B * T;
-    lm_embed_fwd(m, &im->ends, ids, B, T);
-    rmsnorm_fwd(im->xn_inj, im->rstd_inj, im->ends.x0, eff_at(im, im->o_inj_norm), M, im->D, (float)m->cfg.norm_eps);
+    lm_embed_fwd(m, &im->stack.ends, ids, B, T);
+    rmsnorm_fwd(im->xn_inj, im->rstd_inj, im->stack.ends.x0, eff_at(im, im->o_inj_norm), M, im->D, (float)m->cfg.norm_eps);
     k_linear_fwd(im->u, im->xn_inj, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), M, im->D, im->K);
 }
 
@@ -652,8 +634,8 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     if (rc) return rc;
     const float *z = im->zs + (size_t)im->S * MD;
     const float *E = lm_head_w(m, m->params);
-    m->logits = im->ends.head_cache;
-    im->ends.has_targets = targets != NULL;
+    m->logits = im->stack.ends.head_cache;
+    im->stack.ends.has_targets = targets != NULL;
     if (!targets) {
         head_logits(m->logits, z, E, B * T, m->V, im->D);
         if (loss) *loss = 0;
@@ -661,9 +643,9 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     }
     rc = head_check_targets(targets, (size_t)B * T, c->vocab_size, IGNORE_INDEX);
     if (rc) return err_wrap(rc, "target");
-    memcpy(im->ends.targets, targets, sizeof(int) * (size_t)B * T);
+    memcpy(im->stack.ends.targets, targets, sizeof(int) * (size_t)B * T);
     float l = 0;
-    rc = head_loss_fwd(&l, &im->ends.count, im->ends.head_cache, im->ends.head_scratch, z, E, im->ends.targets, B * T,
+    rc = head_loss_fwd(&l, &im->stack.ends.count, im->stack.ends.head_cache, im->stack.ends.head_scratch, z, E, im->stack.ends.targets, B * T,
                        m->V, im->D, IGNORE_INDEX);
     if (loss) *loss = l;
     return rc;
@@ -709,13 +691,13 @@ static void bwd(Model *m) {
     ImplicitLm *im = m->impl;
     int B = m->B, T = m->T, M = B * T;
     size_t MD = (size_t)M * im->D;
-    CHECK(im->ends.has_targets && im->mode != MODE_EVAL, "model_bwd needs a training forward with targets");
+    CHECK(im->stack.ends.has_targets && im->mode != MODE_EVAL, "model_bwd needs a training forward with targets");
     memset(im->deff, 0, im->eff_tab.total * sizeof(float));
     memset(im->du, 0, (size_t)M * im->K * sizeof(float));
     memset(im->dz, 0, MD * sizeof(float));
     const float *E = lm_head_w(m, m->params);
-    head_loss_bwd(im->dz, lm_head_w(m, m->grads), 1.0f, im->ends.head_cache, im->ends.head_scratch,
-                  im->zs + (size_t)im->S * MD, E, im->ends.targets, M, m->V, im->D, IGNORE_INDEX);
+    head_loss_bwd(im->dz, lm_head_w(m, m->grads), 1.0f, im->stack.ends.head_cache, im->stack.ends.head_scratch,
+                  im->zs + (size_t)im->S * MD, E, im->stack.ends.targets, M, m->V, im->D, IGNORE_INDEX);
     if (im->mode == MODE_IFT) {
         /* y = g + y·J at z*, then the parameter gradient of one f call with y (spec §5.4) */
         FCtx ctx = {m, B, T};
@@ -744,9 +726,9 @@ static void bwd(Model *m) {
     k_linear_bwd(im->dxn, im->deff + im->o_inj_w, im->deff + im->o_inj_b, im->du, im->xn_inj, eff_at(im, im->o_inj_w), M,
                  im->D, im->K);
     memset(im->dz, 0, MD * sizeof(float));
-    rmsnorm_bwd(im->dz, im->deff + im->o_inj_norm, im->dxn, im->ends.x0, eff_at(im, im->o_inj_norm), im->rstd_inj, M,
+    rmsnorm_bwd(im->dz, im->deff + im->o_inj_norm, im->dxn, im->stack.ends.x0, eff_at(im, im->o_inj_norm), im->rstd_inj, M,
                 im->D);
-    lm_embed_bwd(m, &im->ends, im->dz, B, T);
+    lm_embed_bwd(m, &im->stack.ends, im->dz, B, T);
     map_back(m);
 }
 
@@ -802,12 +784,11 @@ static const BlockNoise *step_noise(Model *m, BlockNoise *nz) {
     return nz;
 }
 
+/* The sequential solve's buffers, after the layers' state (lm_stack_plan_state). */
 static void carve_state(Model *m, Arena *a, int B, int T) {
     (void)T;
     ImplicitLm *im = m->impl;
     size_t BD = (size_t)B * im->D;
-    im->state = arena_floats(a, (size_t)im->L * block_state_floats(&im->bc, B));
-    im->step_scratch = arena_floats(a, block_step_scratch_floats(&im->bc, B));
     im->zt = arena_floats(a, BD);
     im->zt_out = arena_floats(a, BD);
     im->hstep = arena_floats(a, BD);
@@ -825,9 +806,9 @@ static void carve_state(Model *m, Arena *a, int B, int T) {
 
 static int state_init(Model *m, int B) {
     ImplicitLm *im = m->impl;
-    int rc = lm_arena_plan(&im->st, m, B, 1, carve_state);
+    im->stack.carve_state = carve_state;
+    int rc = lm_stack_plan_state(m, B, block_state_floats(&im->bc, B), block_step_scratch_floats(&im->bc, B));
     if (rc) return rc;
-    memset(im->state, 0, (size_t)im->L * block_state_floats(&im->bc, B) * sizeof(float));
     memset(im->zt, 0, (size_t)B * im->D * sizeof(float));
     rng_seed(&im->noise_rng, (uint64_t)m->cfg.noise_seed, 11);
     refresh(m);   /* weights are fixed during generation: one refresh per sequence */
@@ -840,13 +821,12 @@ static void step_f(void *ctx, float *z_out, const float *z) {
     Model *m = c->m;
     ImplicitLm *im = m->impl;
     int B = m->step_B;
-    size_t per = block_state_floats(&im->bc, B);
     const float *cur = z;
     BlockNoise nz;
     const BlockNoise *noise = step_noise(m, &nz);
     for (int l = 0; l < im->L; l++) {
-        block_step_noisy(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->state + (size_t)l * per, m->pos, c->commit,
-                         im->step_scratch, B, noise);
+        block_step_noisy(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->stack.state + (size_t)l * im->stack.state_per, m->pos,
+                         c->commit, im->stack.step_scratch, B, noise);
         cur = im->hstep;
     }
     rmsnorm_fwd(z_out, im->rstdt, im->hstep, eff_at(im, im->o_norm_f), B, im->D, (float)m->cfg.norm_eps);
@@ -855,8 +835,8 @@ static void step_f(void *ctx, float *z_out, const float *z) {
 static int step(Model *m, const int *ids, float *logits) {
     ImplicitLm *im = m->impl;
     int B = m->step_B, D = im->D;
-    if (im->bc.mixer == MIXER_ATTN && m->pos >= m->cfg.max_seq_len)
-        return err_set(IM_EINVAL, "position %d reaches max_seq_len %d (the KV cache is full)", m->pos, m->cfg.max_seq_len);
+    int rc = lm_stack_check_pos(m);
+    if (rc) return rc;
     const float *E = model_tensor(m, m->params, EMB_NAME);
     embed_fwd(im->x0t, ids, E, B, m->V, D);   /* ids were validated by model_step */
     rmsnorm_fwd(im->xnt, im->rstdt, im->x0t, eff_at(im, im->o_inj_norm), B, D, (float)m->cfg.norm_eps);
@@ -873,7 +853,7 @@ static int step(Model *m, const int *ids, float *logits) {
                                   "model_state_init: call it again");
     /* z0 = 0 (the reference), or the previous token's fixed point (seq_warm_start) */
     if (!m->cfg.seq_warm_start) memset(im->zt, 0, (size_t)B * D * sizeof(float));
-    int rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
+    rc = o.max_iter >= 2 ? fp_solve(&map, im->zt, &o, &st, im->step_solver) : IM_OK;
     if (o.max_iter >= 2)
         m->fp_conv = conv_share(im->step_res, o.solver == FP_EVALLOOP ? im->step_first : NULL, st.iters, B, o.tol);
     ctx.commit = 1;   /* the final call writes every layer's new state / KV slot */
@@ -889,8 +869,7 @@ static int step(Model *m, const int *ids, float *logits) {
 static void free_impl(Model *m) {
     ImplicitLm *im = m->impl;
     if (!im) return;
-    arena_free(&im->acts);
-    arena_free(&im->st);
+    lm_stack_free(&im->stack);
     ptab_free(&im->eff_tab);
     free(im->map);
     free(im->eff);

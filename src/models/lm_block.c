@@ -14,23 +14,17 @@
 #include "../layers/embed.h"
 #include "../layers/block.h"
 #include "block_params.h"
-#include "lm_common.h"
+#include "lm_stack.h"
 
 typedef struct {
+    LmStack stack;      /* the layer-stack skeleton (lm_stack.h): memory, the layer loops, the ends */
     BlockCfg bc;
     BlockW *w, *dw;     /* (n_layer) pointers into θ and dθ */
-    Arena acts;         /* activations of one training/eval forward */
-    LmEnds ends;
-    float *z;           /* (n_layer+1, B,T,D) block inputs; z[n_layer] goes to norm_f */
-    float *cache;       /* (n_layer, block_cache_floats) */
-    float *scratch;
-    float *dz, *dz2;    /* (B,T,D) gradient ping-pong */
     float *masks;       /* (n_layer, B, mask floats) variational dropout | NULL */
-    size_t cache_per_layer, mask_per_layer;
-    Arena st;           /* step state */
-    float *state;       /* (n_layer, block_state_floats) */
-    float *step_scratch, *zs, *head_scratch;
+    size_t mask_per_layer;
 } BlockLm;
+
+static const LmLayerOps BLOCK_OPS;
 
 /* ---- parameter table: the lists are in block_params.h (shared with the implicit models) -- */
 static size_t add_param(ParamTable *t, int layer, const char *suffix, InitRule init, float a, float b,
@@ -67,27 +61,13 @@ static void add_layer(Model *m, int i, BlockW *off) {
 }
 
 
-static MlpKind mlp_kind_of(const ModelCfg *c, int is_attn) {
-    if (c->d_inner <= 0) return MLP_NONE;
-    if (!strcmp(c->mlp_type, "swiglu")) return MLP_SWIGLU;
-    if (!strcmp(c->mlp_type, "gated")) return MLP_GATED;
-    return is_attn ? MLP_SWIGLU : MLP_GATED;   /* "auto": the reference's choice per family */
-}
-
 static int build(Model *m, int is_attn) {
     const ModelCfg *c = &m->cfg;
     BlockLm *lm = xcalloc(1, sizeof *lm);
     m->impl = lm;
-    MlpKind mk = mlp_kind_of(c, is_attn);
-    if (is_attn) {
-        AttnCfg ac;
-        attn_cfg_init(&ac, c->d_model, c->n_head, (float)c->rope_theta, c->max_seq_len);
-        block_cfg_attn(&lm->bc, &ac, mk, c->d_inner, (float)c->norm_eps);
-    } else {
-        Mamba2Cfg mc;
-        mamba2_cfg_init(&mc, c->d_model, c->expand, c->d_state, c->headdim, c->d_conv, (float)c->norm_eps);
-        block_cfg_mamba2(&lm->bc, &mc, mk, c->d_inner, (float)c->norm_eps);
-    }
+    lm->stack.ops = &BLOCK_OPS;
+    lm->stack.max_len = is_attn ? c->max_seq_len : 0;   /* the KV cache */
+    block_cfg_of(&lm->bc, c, is_attn);
     int L = c->n_layer;
     BlockW *off = xcalloc((size_t)L, sizeof *off);
     ptab_add(&m->tab, EMB_NAME, INIT_NORMAL, (float)c->emb_init_std, 0, 0, 2, m->V, c->d_model);
@@ -116,40 +96,39 @@ static void bind_all(Model *m) {
 static int build_mamba2(Model *m) { return build(m, 0); }
 static int build_llama(Model *m) { return build(m, 1); }
 
-/* ---- activations ------------------------------------------------------------------------- */
+/* ---- the layer: one block, with its variational dropout masks -------------------------------- */
 static size_t mask_floats(const BlockCfg *bc, int B) {
     size_t n = (size_t)B * bc->D;                                  /* mixer output */
     if (bc->mlp.kind == MLP_GATED) n += (size_t)B * (bc->mlp.h + bc->D);
     return n;
 }
 
-/* A forward that a backward may follow keeps every block's input and cache; a no_grad forward
- * (evaluation, scoring) keeps none of it: one (B,T,D) buffer that the blocks update in place
- * (block_fwd allows that without a cache), so it needs 1/(n_layer+1) of the hidden states and no
- * caches. model_plan re-plans when the flag changes. */
-static void carve(Model *m, Arena *a, int B, int T) {
+/* A no_grad forward keeps no caches: block_fwd without a cache may update its input in place,
+ * so the stack needs one (B,T,D) buffer, 1/(n_layer+1) of the hidden states. */
+static size_t cache_floats(const Model *m, int B, int T) {
+    const BlockLm *lm = m->impl;
+    return m->no_grad ? 0 : block_cache_floats(&lm->bc, B, T);
+}
+static size_t scratch_floats(const Model *m, int B, int T) { return block_scratch_floats(&((const BlockLm *)m->impl)->bc, B, T); }
+static size_t state_floats(const Model *m, int B) { return block_state_floats(&((const BlockLm *)m->impl)->bc, B); }
+static size_t step_scratch_floats(const Model *m, int B) { return block_step_scratch_floats(&((const BlockLm *)m->impl)->bc, B); }
+
+static void carve_masks(Model *m, Arena *a, int B, int T) {
+    (void)T;
     BlockLm *lm = m->impl;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    int L = m->cfg.n_layer, keep = !m->no_grad;
-    lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->z = arena_floats(a, (keep ? (size_t)(L + 1) : 1) * MD);
-    lm->cache_per_layer = keep ? block_cache_floats(&lm->bc, B, T) : 0;
-    lm->cache = keep ? arena_floats(a, (size_t)L * lm->cache_per_layer) : NULL;
-    lm->scratch = arena_floats(a, block_scratch_floats(&lm->bc, B, T));
-    lm->dz = keep ? arena_floats(a, MD) : NULL;
-    lm->dz2 = keep ? arena_floats(a, MD) : NULL;
     lm->mask_per_layer = mask_floats(&lm->bc, B);
-    lm->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)L * lm->mask_per_layer) : NULL;
+    lm->masks = m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)m->cfg.n_layer * lm->mask_per_layer) : NULL;
 }
 
-static int plan(Model *m, int B, int T) {
+/* variational masks: one per sequence and channel, shared over time (spec §1.7) */
+static void sample_masks(Model *m, int B, int T) {
+    (void)B, (void)T;
     BlockLm *lm = m->impl;
-    bind_all(m);
-    if (lm->bc.mixer == MIXER_ATTN && T > m->cfg.max_seq_len)
-        return err_set(IM_EINVAL, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
-    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
-    m->act_bytes = lm->acts.cap;
-    return rc;
+    if (!lm->masks) return;
+    float p = (float)m->cfg.backbone_dropout;
+    size_t n = (size_t)m->cfg.n_layer * lm->mask_per_layer;
+    if (m->training) lm_dropout_mask(&m->rng, lm->masks, n, p);
+    else for (size_t i = 0; i < n; i++) lm->masks[i] = 1.0f;
 }
 
 static BlockMasks layer_masks(const BlockLm *lm, int l, int B) {
@@ -164,90 +143,35 @@ static BlockMasks layer_masks(const BlockLm *lm, int l, int B) {
     return bm;
 }
 
-static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
+static int layer_fwd(Model *m, int l, float *y, const float *x, float *cache, float *scratch, int B, int T) {
     BlockLm *lm = m->impl;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    lm_embed_fwd(m, &lm->ends, ids, B, T);
-    memcpy(lm->z, lm->ends.x0, MD * sizeof(float));
-    if (lm->masks) {
-        /* variational masks: one per sequence and channel, shared over time (spec §1.7) */
-        float p = (float)m->cfg.backbone_dropout;
-        size_t n = (size_t)m->cfg.n_layer * lm->mask_per_layer;
-        if (m->training) lm_dropout_mask(&m->rng, lm->masks, n, p);
-        else for (size_t i = 0; i < n; i++) lm->masks[i] = 1.0f;
-    }
-    int keep = lm->cache != NULL;   /* planned without no_grad: see carve */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        BlockMasks bm = layer_masks(lm, l, B);
-        float *zin = lm->z + (keep ? (size_t)l * MD : 0), *zout = lm->z + (keep ? (size_t)(l + 1) * MD : 0);
-        block_fwd(&lm->bc, &lm->w[l], zout, zin, NULL, &bm, keep ? lm->cache + (size_t)l * lm->cache_per_layer : NULL,
-                  lm->scratch, NULL, B, T);
-    }
-    return lm_head_fwd(m, &lm->ends, lm->z + (keep ? (size_t)m->cfg.n_layer * MD : 0), targets, B, T, loss);
-}
-
-static void bwd(Model *m) {
-    BlockLm *lm = m->impl;
-    CHECK(lm->cache, "model_bwd after a no_grad forward (nothing was kept for the backward)");
-    int B = m->B, T = m->T, L = m->cfg.n_layer;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    memset(lm->dz, 0, MD * sizeof(float));
-    lm_head_bwd(m, &lm->ends, lm->dz, lm->z + (size_t)L * MD, B, T);
-    for (int l = L - 1; l >= 0; l--) {
-        BlockMasks bm = layer_masks(lm, l, B);
-        memset(lm->dz2, 0, MD * sizeof(float));
-        block_bwd(&lm->bc, &lm->w[l], &lm->dw[l], lm->dz2, NULL, lm->dz, lm->z + (size_t)l * MD, NULL, &bm,
-                  lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, B, T);
-        float *t = lm->dz; lm->dz = lm->dz2; lm->dz2 = t;
-    }
-    lm_embed_bwd(m, &lm->ends, lm->dz, B, T);
-}
-
-/* ---- token-by-token ------------------------------------------------------------------------ */
-static void carve_state(Model *m, Arena *a, int B, int T) {
-    (void)T;
-    BlockLm *lm = m->impl;
-    lm->state = arena_floats(a, (size_t)m->cfg.n_layer * block_state_floats(&lm->bc, B));
-    lm->step_scratch = arena_floats(a, block_step_scratch_floats(&lm->bc, B));
-    lm->zs = arena_floats(a, (size_t)B * m->cfg.d_model);
-    lm->head_scratch = arena_floats(a, (size_t)B * m->cfg.d_model + (size_t)B);
-}
-
-static int state_init(Model *m, int B) {
-    BlockLm *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->st, m, B, 1, carve_state);
-    if (rc) return rc;
-    memset(lm->state, 0, (size_t)m->cfg.n_layer * block_state_floats(&lm->bc, B) * sizeof(float));
+    BlockMasks bm = layer_masks(lm, l, B);
+    block_fwd(&lm->bc, &lm->w[l], y, x, NULL, &bm, cache, scratch, NULL, B, T);
     return IM_OK;
 }
 
-static int step(Model *m, const int *ids, float *logits) {
+static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *x, const float *cache, float *scratch,
+                      int B, int T) {
     BlockLm *lm = m->impl;
-    int B = m->step_B, D = m->cfg.d_model;
-    if (lm->bc.mixer == MIXER_ATTN && m->pos >= m->cfg.max_seq_len)
-        return err_set(IM_EINVAL, "position %d reaches max_seq_len %d (the KV cache is full)", m->pos,
-                       m->cfg.max_seq_len);
-    const float *E = model_tensor(m, m->params, EMB_NAME);
-    embed_fwd(lm->zs, ids, E, B, m->V, D);   /* ids were validated by model_step */
-    size_t per = block_state_floats(&lm->bc, B);
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        block_step(&lm->bc, &lm->w[l], lm->zs, lm->zs, NULL, lm->state + (size_t)l * per, m->pos, 1,
-                   lm->step_scratch, B);
-    lm_head_step(m, logits, lm->zs, lm->head_scratch, B);
+    BlockMasks bm = layer_masks(lm, l, B);
+    block_bwd(&lm->bc, &lm->w[l], &lm->dw[l], dx, NULL, dy, x, NULL, &bm, cache, scratch, B, T);
+}
+
+static int layer_step(Model *m, int l, float *y, const float *x, float *state, float *scratch, int B) {
+    BlockLm *lm = m->impl;
+    block_step(&lm->bc, &lm->w[l], y, x, NULL, state, m->pos, 1, scratch, B);
     return IM_OK;
 }
 
-static void free_impl(Model *m) {
+static void release(Model *m) {
     BlockLm *lm = m->impl;
-    if (!lm) return;
-    arena_free(&lm->acts);
-    arena_free(&lm->st);
     free(lm->w);
     free(lm->dw);
-    free(lm);
-    m->impl = NULL;
 }
 
-const ModelType model_mamba2_lm = {"mamba2", MODEL_EXPLICIT, CFG_USE_SSD_HEADS, build_mamba2, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
-const ModelType model_llama_lm = {"llama", MODEL_EXPLICIT, CFG_USE_ATTN, build_llama, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+static const LmLayerOps BLOCK_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 1, bind_all,
+                                     carve_masks, sample_masks, layer_fwd, layer_bwd, layer_step, release};
+
+
+const ModelType model_mamba2_lm = LM_STACK_TYPE("mamba2", MODEL_EXPLICIT, CFG_USE_SSD_HEADS, build_mamba2);
+const ModelType model_llama_lm = LM_STACK_TYPE("llama", MODEL_EXPLICIT, CFG_USE_ATTN, build_llama);

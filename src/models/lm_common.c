@@ -36,6 +36,10 @@ float *lm_head_w(const Model *m, float *block) {
     return model_tensor(m, block, m->cfg.tie_embeddings ? EMB_NAME : HEAD_W_NAME);
 }
 
+float *lm_ends_head_w(const Model *m, const LmEnds *e, float *block) {
+    return e->head_name ? model_tensor(m, block, e->head_name) : lm_head_w(m, block);
+}
+
 /* norm_f's bias in block (θ or dθ), NULL without one */
 static float *norm_f_bias(const Model *m, float *block) {
     const ParamInfo *p = ptab_find(&m->tab, NORM_F_BIAS_NAME);
@@ -74,7 +78,7 @@ void lm_embed_bwd(Model *m, LmEnds *e, const float *dx0, int B, int T) {
 
 int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, int T, float *loss) {
     int M = B * T, D = m->cfg.d_model;
-    const float *E = lm_head_w(m, m->params);
+    const float *E = lm_ends_head_w(m, e, m->params);
     const float *nw = model_tensor(m, m->params, NORM_F_NAME);
     blocknorm_fwd(lm_norm_type(m), e->hf, e->rstd_f, z, nw, norm_f_bias(m, m->params), M, D, (float)m->cfg.norm_eps);
     e->has_targets = targets != NULL;
@@ -99,21 +103,25 @@ int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, 
 void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T) {
     int M = B * T, D = m->cfg.d_model;
     CHECK(e->has_targets, "model_bwd needs a forward with targets");
-    const float *E = lm_head_w(m, m->params);
+    const float *E = lm_ends_head_w(m, e, m->params);
     const float *nw = model_tensor(m, m->params, NORM_F_NAME);
     memset(e->dhf, 0, (size_t)M * D * sizeof(float));
-    head_loss_bwd(e->dhf, lm_head_w(m, m->grads), 1.0f, e->head_cache, e->head_scratch, e->hf, E,
+    head_loss_bwd(e->dhf, lm_ends_head_w(m, e, m->grads), 1.0f, e->head_cache, e->head_scratch, e->hf, E,
                   e->targets, M, m->V, D, IGNORE_INDEX);
     blocknorm_bwd(lm_norm_type(m), dz, model_tensor(m, m->grads, NORM_F_NAME), norm_f_bias(m, m->grads), e->dhf, z, nw,
                   e->rstd_f, M, D);
 }
 
 void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B) {
+    lm_head_step_w(m, lm_head_w(m, m->params), logits, z, scratch, B);
+}
+
+void lm_head_step_w(const Model *m, const float *W, float *logits, const float *z, float *scratch, int B) {
     int D = m->cfg.d_model;
     float *hf = scratch; /* no-grad: the norm keeps no cache */
     blocknorm_fwd(lm_norm_type(m), hf, NULL, z, model_tensor(m, m->params, NORM_F_NAME), norm_f_bias(m, m->params), B,
                   D, (float)m->cfg.norm_eps);
-    head_logits(logits, hf, lm_head_w(m, m->params), B, m->V, D);
+    head_logits(logits, hf, W, B, m->V, D);
 }
 
 int lm_arena_plan(Arena *a, Model *m, int B, int T, void (*carve)(Model *, Arena *, int, int)) {

@@ -30,6 +30,7 @@ typedef struct {
     float *dhf;          /* (B,T,D) gradient at the norm_f output */
     int has_targets;
     int count;           /* non-ignored targets of the last fwd */
+    const char *head_name; /* a family's own head tensor (V, D), set at build | NULL: lm_head_w */
 } LmEnds;
 
 /* Allocate (or measure) the ends' buffers from arena a. */
@@ -44,10 +45,14 @@ int lm_head_fwd(Model *m, LmEnds *e, const float *z, const int *targets, int B, 
 void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T);
 /* One token: z:(B,D) → logits:(B,V). scratch: (B*D + B) floats. */
 void lm_head_step(const Model *m, float *logits, const float *z, float *scratch, int B);
+/* The same with the head's weight W:(V, D) given (lm_ends_head_w). */
+void lm_head_step_w(const Model *m, const float *W, float *logits, const float *z, float *scratch, int B);
 /* Add the untied head (V, D) to the parameter table when cfg.tie_embeddings is 0. */
 void lm_head_add(Model *m);
 /* The head's weight (V, D) in block (θ or dθ): HEAD_W_NAME when untied, else the embedding. */
 float *lm_head_w(const Model *m, float *block);
+/* The head of the ends: e->head_name's tensor when the family names one, else lm_head_w. */
+float *lm_ends_head_w(const Model *m, const LmEnds *e, float *block);
 /* The model's block-norm type (cfg.norm_type, validated). */
 BlockNormType lm_norm_type(const Model *m);
 

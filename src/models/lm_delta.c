@@ -36,7 +36,7 @@
 #include "../layers/head.h"
 #include "../layers/mlp.h"
 #include "../layers/rmsnorm.h"
-#include "lm_common.h"
+#include "lm_stack.h"
 
 #define HEAD_NAME "lm_head.weight"
 #define INIT_STD 0.02f
@@ -76,22 +76,14 @@ typedef struct {
     (void)D, (void)H, (void)Vd, (void)W, (void)G, (void)HK, (void)HV, (void)NK, (void)NV, (void)NB, (void)Hm
 
 typedef struct {
+    LmStack stack;       /* the layer-stack skeleton (lm_stack.h) */
     DeltaCfg dc;
     MlpCfg mc;
     LayerW *w, *dw;      /* (n_layer) pointers into θ and dθ */
     size_t *off;         /* (n_layer * n_fields) table offsets, until bind_all */
-    Arena acts;
-    LmEnds ends;
-    float *r;            /* (2L+1, B,T,D) residual stream: r[2l] layer input, r[2l+1] after the mixer */
-    float *xn;           /* (2L, B,T,D) normed sub-block inputs */
-    float *rstd;         /* (2L, B*T) */
-    float *mcache, *pcache; /* (L, deltanet cache) (L, mlp cache) */
-    size_t mper, pper;
-    float *scratch, *tmp, *dz, *dxn;
-    Arena st;
-    float *state, *step_scratch, *zs, *zn, *zo, *head_scratch;
-    size_t sper;
 } DeltaLm;
+
+static const LmLayerOps DELTA_OPS;
 
 /* Number of X entries (offsets kept per layer while the table is built). */
 #define COUNT1(...) +1
@@ -119,6 +111,8 @@ static int build(Model *m, int gated) {
         return err_set(IM_EINVAL, "config keys 'n_head' x 'delta_head_dim' x 'n_householder' / 'expand_v': too large");
     DeltaLm *lm = xcalloc(1, sizeof *lm);
     m->impl = lm;
+    lm->stack.ops = &DELTA_OPS;
+    lm->stack.ends.head_name = HEAD_NAME;
     deltanet_cfg_init(&lm->dc, c->d_model, c->n_head, c->delta_head_dim, (int)Vh, c->n_householder, taps, gated,
                       c->allow_neg_eigval, (float)c->norm_eps);
     lm->mc = (MlpCfg){MLP_SWIGLU, c->d_model, mlp_width(c->d_model, c->d_inner)};
@@ -169,35 +163,37 @@ static void bind_all(Model *m) {
 static int build_gated(Model *m) { return build(m, 1); }
 static int build_plain(Model *m) { return build(m, 0); }
 
-/* ---- activations ----------------------------------------------------------------------------- */
-/* A no_grad forward (evaluation, scoring) keeps one layer's normed inputs and caches, reused by
- * every layer, and two stream slots in turn (r0 and r2 share one), since nothing is read back. */
-static void carve(Model *m, Arena *a, int B, int T) {
-    DeltaLm *lm = m->impl;
-    size_t M = (size_t)B * T, MD = M * m->cfg.d_model, L = (size_t)m->cfg.n_layer;
-    int keep = !m->no_grad;
-    size_t slots = keep ? L : 1;
-    lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->r = arena_floats(a, (keep ? 2 * L + 1 : 2) * MD);
-    lm->xn = arena_floats(a, 2 * slots * MD);
-    lm->rstd = arena_floats(a, 2 * slots * M);
-    lm->mper = deltanet_cache_floats(&lm->dc, B, T);
-    lm->pper = mlp_cache_floats(&lm->mc, B, T);
-    lm->mcache = arena_floats(a, slots * lm->mper);
-    lm->pcache = arena_floats(a, slots * lm->pper);
-    size_t s1 = deltanet_scratch_floats(&lm->dc, B, T), s2 = mlp_scratch_floats(&lm->mc, B, T);
-    lm->scratch = arena_floats(a, s1 > s2 ? s1 : s2);
-    lm->tmp = arena_floats(a, MD);
-    lm->dz = keep ? arena_floats(a, MD) : NULL;
-    lm->dxn = keep ? arena_floats(a, MD) : NULL;
+/* ---- the layer: r1 = r + mixer(norm(r)),  y = r1 + mlp(norm2(r1)) ------------------------------ */
+/* One layer's buffers inside its cache slot: the stream after the mixer, the two normed
+ * sub-block inputs and their rstd, the mixer's and the MLP's caches. A no_grad forward (evaluation,
+ * scoring) keeps one such slot, reused by every layer, and updates the stream in place. */
+typedef struct {
+    float *r1, *x0, *x1, *s0, *s1, *mcache, *pcache;
+} Slot;
+
+/* Floats of one slot; with base, *o points into it. */
+static size_t slot_at(const DeltaLm *lm, float *base, int B, int T, Slot *o) {
+    size_t M = (size_t)B * T, MD = M * lm->dc.D;
+    const size_t n[] = {MD, MD, MD, M, M, deltanet_cache_floats(&lm->dc, B, T), mlp_cache_floats(&lm->mc, B, T)};
+    float **at[] = {&o->r1, &o->x0, &o->x1, &o->s0, &o->s1, &o->mcache, &o->pcache};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof n / sizeof n[0]; i++) {
+        if (base) *at[i] = base + total;
+        total += lm_floats_up(n[i]);
+    }
+    return total;
 }
 
-static int plan(Model *m, int B, int T) {
-    DeltaLm *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
-    m->act_bytes = lm->acts.cap;
-    return rc;
+/* The sub-blocks' shared temporaries, then the (B,T,D) sub-block output tmp, then (with a
+ * backward) the gradient dxn at a normed input. */
+static size_t work_floats(const DeltaLm *lm, int B, int T) {
+    size_t s1 = deltanet_scratch_floats(&lm->dc, B, T), s2 = mlp_scratch_floats(&lm->mc, B, T);
+    return lm_floats_up(s1 > s2 ? s1 : s2);
+}
+static size_t cache_floats(const Model *m, int B, int T) { Slot o; return slot_at(m->impl, NULL, B, T, &o); }
+static size_t scratch_floats(const Model *m, int B, int T) {
+    size_t MD = lm_floats_up((size_t)B * T * m->cfg.d_model);
+    return work_floats(m->impl, B, T) + (m->no_grad ? 1 : 2) * MD;
 }
 
 /* r_out = r_in + f, all (n) */
@@ -206,139 +202,80 @@ static void residual(float *r_out, const float *r_in, const float *f, size_t n) 
     k_axpby(r_out, 1.0f, f, 1.0f, n);
 }
 
-static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
+static int layer_fwd(Model *m, int l, float *y, const float *x, float *cache, float *scratch, int B, int T) {
     DeltaLm *lm = m->impl;
     const int M = B * T, D = m->cfg.d_model;
     const size_t MD = (size_t)M * D;
     const float eps = (float)m->cfg.norm_eps;
-    LmEnds *e = &lm->ends;
-    lm_embed_fwd(m, e, ids, B, T);
-    memcpy(lm->r, e->x0, MD * sizeof(float));
-    int keep = lm->dz != NULL;   /* planned without no_grad: see carve */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const LayerW *w = &lm->w[l];
-        size_t at = keep ? (size_t)l : 0;
-        float *r0 = lm->r + 2 * at * MD, *r1 = r0 + MD, *r2 = keep ? r1 + MD : lm->r;
-        float *x0 = lm->xn + 2 * at * MD, *x1 = x0 + MD, *s0 = lm->rstd + 2 * at * M, *s1 = s0 + M;
-        rmsnorm_fwd(x0, s0, r0, w->norm, M, D, eps);
-        deltanet_fwd(&lm->dc, &w->mix, lm->tmp, x0, lm->mcache + at * lm->mper, lm->scratch, NULL, B, T);
-        residual(r1, r0, lm->tmp, MD);
-        rmsnorm_fwd(x1, s1, r1, w->norm2, M, D, eps);
-        mlp_fwd(&lm->mc, &w->mlp, lm->tmp, x1, NULL, NULL, lm->pcache + at * lm->pper, lm->scratch, B, T);
-        residual(r2, r1, lm->tmp, MD);
-    }
-    /* norm_f and the untied head */
-    const float *z = lm->r + (keep ? 2 * (size_t)m->cfg.n_layer * MD : 0);
-    const float *Wh = model_tensor(m, m->params, HEAD_NAME);
-    rmsnorm_fwd(e->hf, e->rstd_f, z, model_tensor(m, m->params, NORM_F_NAME), M, D, eps);
-    e->has_targets = targets != NULL;
-    m->logits = e->head_cache;
-    if (loss) *loss = 0;
-    if (!targets) {
-        head_logits(e->head_cache, e->hf, Wh, M, m->V, D);
-        return IM_OK;
-    }
-    int rc = head_check_targets(targets, (size_t)M, m->cfg.vocab_size, IGNORE_INDEX);
-    if (rc) return err_wrap(rc, "target");
-    memcpy(e->targets, targets, (size_t)M * sizeof(int));
-    float l = 0;
-    rc = head_loss_fwd(&l, &e->count, e->head_cache, e->head_scratch, e->hf, Wh, e->targets, M, m->V, D,
-                       IGNORE_INDEX);
-    if (!rc && loss) *loss = l;
-    return rc;
-}
-
-static void bwd(Model *m) {
-    DeltaLm *lm = m->impl;
-    const int B = m->B, T = m->T, M = B * T, D = m->cfg.d_model, L = m->cfg.n_layer;
-    const size_t MD = (size_t)M * D;
-    LmEnds *e = &lm->ends;
-    CHECK(lm->dz, "model_bwd after a no_grad forward (nothing was kept for the backward)");
-    CHECK(e->has_targets, "model_bwd needs a forward with targets");
-    const float *z = lm->r + 2 * (size_t)L * MD;
-    memset(e->dhf, 0, MD * sizeof(float));
-    head_loss_bwd(e->dhf, model_tensor(m, m->grads, HEAD_NAME), 1.0f, e->head_cache, e->head_scratch, e->hf,
-                  model_tensor(m, m->params, HEAD_NAME), e->targets, M, m->V, D, IGNORE_INDEX);
-    memset(lm->dz, 0, MD * sizeof(float));
-    rmsnorm_bwd(lm->dz, model_tensor(m, m->grads, NORM_F_NAME), e->dhf, z,
-                model_tensor(m, m->params, NORM_F_NAME), e->rstd_f, M, D);
-    /* dz is dL/dr at the current point of the stream; the residual adds pass it on unchanged */
-    for (int l = L - 1; l >= 0; l--) {
-        const LayerW *w = &lm->w[l];
-        LayerW *dw = &lm->dw[l];
-        const float *r0 = lm->r + 2 * l * MD, *r1 = r0 + MD;
-        const float *x0 = lm->xn + 2 * l * MD, *x1 = x0 + MD, *s0 = lm->rstd + (size_t)2 * l * M, *s1 = s0 + M;
-        memset(lm->dxn, 0, MD * sizeof(float));
-        mlp_bwd(&lm->mc, &w->mlp, &dw->mlp, lm->dxn, lm->dz, x1, NULL, NULL, lm->pcache + l * lm->pper,
-                lm->scratch, B, T);
-        rmsnorm_bwd(lm->dz, dw->norm2, lm->dxn, r1, w->norm2, s1, M, D);
-        memset(lm->dxn, 0, MD * sizeof(float));
-        deltanet_bwd(&lm->dc, &w->mix, &dw->mix, lm->dxn, lm->dz, x0, lm->mcache + l * lm->mper, lm->scratch,
-                     B, T);
-        rmsnorm_bwd(lm->dz, dw->norm, lm->dxn, r0, w->norm, s0, M, D);
-    }
-    lm_embed_bwd(m, e, lm->dz, B, T);
-}
-
-/* ---- token by token ---------------------------------------------------------------------------- */
-static void carve_state(Model *m, Arena *a, int B, int T) {
-    (void)T;
-    DeltaLm *lm = m->impl;
-    size_t BD = (size_t)B * m->cfg.d_model;
-    lm->sper = deltanet_state_floats(&lm->dc, B);
-    lm->state = arena_floats(a, (size_t)m->cfg.n_layer * lm->sper);
-    size_t s1 = deltanet_step_scratch_floats(&lm->dc, B), s2 = mlp_scratch_floats(&lm->mc, B, 1);
-    lm->step_scratch = arena_floats(a, s1 > s2 ? s1 : s2);
-    lm->zs = arena_floats(a, BD);
-    lm->zn = arena_floats(a, BD);
-    lm->zo = arena_floats(a, BD);
-    lm->head_scratch = arena_floats(a, BD + (size_t)B);
-}
-
-static int state_init(Model *m, int B) {
-    DeltaLm *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->st, m, B, 1, carve_state);
-    if (rc) return rc;
-    memset(lm->state, 0, (size_t)m->cfg.n_layer * lm->sper * sizeof(float));
+    const LayerW *w = &lm->w[l];
+    Slot s;
+    slot_at(lm, cache, B, T, &s);
+    float *tmp = scratch + work_floats(lm, B, T);
+    rmsnorm_fwd(s.x0, s.s0, x, w->norm, M, D, eps);
+    deltanet_fwd(&lm->dc, &w->mix, tmp, s.x0, s.mcache, scratch, NULL, B, T);
+    residual(s.r1, x, tmp, MD);
+    rmsnorm_fwd(s.x1, s.s1, s.r1, w->norm2, M, D, eps);
+    mlp_fwd(&lm->mc, &w->mlp, tmp, s.x1, NULL, NULL, s.pcache, scratch, B, T);
+    residual(y, s.r1, tmp, MD);
     return IM_OK;
 }
 
-static int step(Model *m, const int *ids, float *logits) {
+static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *x, const float *cache, float *scratch,
+                      int B, int T) {
     DeltaLm *lm = m->impl;
-    const int B = m->step_B, D = m->cfg.d_model;
+    const int M = B * T, D = m->cfg.d_model;
+    const size_t MD = (size_t)M * D;
+    const LayerW *w = &lm->w[l];
+    LayerW *dw = &lm->dw[l];
+    Slot s;
+    slot_at(lm, (float *)cache, B, T, &s);
+    float *dxn = scratch + work_floats(lm, B, T) + lm_floats_up(MD);
+    /* dx is dL/dr at the current point of the stream: both residual adds pass dy on unchanged */
+    k_axpby(dx, 1.0f, dy, 1.0f, MD);
+    memset(dxn, 0, MD * sizeof(float));
+    mlp_bwd(&lm->mc, &w->mlp, &dw->mlp, dxn, dy, s.x1, NULL, NULL, s.pcache, scratch, B, T);
+    rmsnorm_bwd(dx, dw->norm2, dxn, s.r1, w->norm2, s.s1, M, D);
+    memset(dxn, 0, MD * sizeof(float));
+    deltanet_bwd(&lm->dc, &w->mix, &dw->mix, dxn, dx, s.x0, s.mcache, scratch, B, T);
+    rmsnorm_bwd(dx, dw->norm, dxn, x, w->norm, s.s0, M, D);
+}
+
+/* ---- token by token: zn, zo (B,D) then the sub-blocks' temporaries -------------------------------- */
+static size_t state_floats(const Model *m, int B) { return deltanet_state_floats(&((const DeltaLm *)m->impl)->dc, B); }
+static size_t step_scratch_floats(const Model *m, int B) {
+    const DeltaLm *lm = m->impl;
+    size_t s1 = deltanet_step_scratch_floats(&lm->dc, B), s2 = mlp_scratch_floats(&lm->mc, B, 1);
+    return 2 * lm_floats_up((size_t)B * m->cfg.d_model) + (s1 > s2 ? s1 : s2);
+}
+
+/* In place: y is x (LmLayerOps.in_place). */
+static int layer_step(Model *m, int l, float *y, const float *x, float *state, float *scratch, int B) {
+    DeltaLm *lm = m->impl;
+    const int D = m->cfg.d_model;
     const size_t BD = (size_t)B * D;
     const float eps = (float)m->cfg.norm_eps;
-    embed_fwd(lm->zs, ids, model_tensor(m, m->params, EMB_NAME), B, m->V, D); /* ids validated */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const LayerW *w = &lm->w[l];
-        float *s = lm->state + l * lm->sper;
-        rmsnorm_fwd(lm->zn, NULL, lm->zs, w->norm, B, D, eps);
-        deltanet_step(&lm->dc, &w->mix, lm->zo, lm->zn, s, s, lm->step_scratch, B);
-        k_axpby(lm->zs, 1.0f, lm->zo, 1.0f, BD);
-        rmsnorm_fwd(lm->zn, NULL, lm->zs, w->norm2, B, D, eps);
-        mlp_fwd(&lm->mc, &w->mlp, lm->zo, lm->zn, NULL, NULL, NULL, lm->step_scratch, B, 1);
-        k_axpby(lm->zs, 1.0f, lm->zo, 1.0f, BD);
-    }
-    float *hf = lm->head_scratch;
-    rmsnorm_fwd(hf, hf + BD, lm->zs, model_tensor(m, m->params, NORM_F_NAME), B, D, eps);
-    head_logits(logits, hf, model_tensor(m, m->params, HEAD_NAME), B, m->V, D);
+    const LayerW *w = &lm->w[l];
+    float *zn = scratch, *zo = zn + lm_floats_up(BD), *work = zo + lm_floats_up(BD);
+    if (y != x) memcpy(y, x, BD * sizeof(float));
+    rmsnorm_fwd(zn, NULL, y, w->norm, B, D, eps);
+    deltanet_step(&lm->dc, &w->mix, zo, zn, state, state, work, B);
+    k_axpby(y, 1.0f, zo, 1.0f, BD);
+    rmsnorm_fwd(zn, NULL, y, w->norm2, B, D, eps);
+    mlp_fwd(&lm->mc, &w->mlp, zo, zn, NULL, NULL, NULL, work, B, 1);
+    k_axpby(y, 1.0f, zo, 1.0f, BD);
     return IM_OK;
 }
 
-static void free_impl(Model *m) {
+static void release(Model *m) {
     DeltaLm *lm = m->impl;
-    if (!lm) return;
-    arena_free(&lm->acts);
-    arena_free(&lm->st);
     free(lm->w);
     free(lm->dw);
     free(lm->off);
-    free(lm);
-    m->impl = NULL;
 }
 
-const ModelType model_gated_deltanet_lm = {"gated_deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_gated, plan, fwd, bwd, state_init, step,
-                                           free_impl, NULL, NULL};
-const ModelType model_deltanet_lm = {"deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_plain, plan, fwd, bwd, state_init, step, free_impl,
-                                     NULL, NULL};
+static const LmLayerOps DELTA_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 1, bind_all,
+                                     NULL, NULL, layer_fwd, layer_bwd, layer_step, release};
+
+
+const ModelType model_gated_deltanet_lm = LM_STACK_TYPE("gated_deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_gated);
+const ModelType model_deltanet_lm = LM_STACK_TYPE("deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_plain);

@@ -11,20 +11,15 @@
 #include "../core/check.h"
 #include "../layers/embed.h"
 #include "../layers/lstm.h"
-#include "lm_common.h"
+#include "lm_stack.h"
 
 typedef struct {
+    LmStack stack;      /* the layer-stack skeleton (lm_stack.h) */
     LstmCfg lc;
     LstmW *w, *dw;      /* (n_layer) */
-    Arena acts;
-    LmEnds ends;
-    float *y;           /* (n_layer+1, B,T,D) layer inputs; y[n_layer] goes to norm_f */
-    float *cache;       /* (n_layer, lstm_cache_floats) */
-    size_t cache_per_layer;
-    float *scratch, *dy, *dy2;
-    Arena st;
-    float *state, *step_scratch, *zs, *zs2, *head_scratch;
 } LstmLm;
+
+static const LmLayerOps LSTM_OPS;
 
 /* X(member, suffix, decay, ndim, d0, d1) */
 #define LSTM_LAYER_PARAMS(X)                    \
@@ -37,6 +32,7 @@ static int build(Model *m) {
     int D = m->cfg.d_model, L = m->cfg.n_layer;
     LstmLm *lm = xcalloc(1, sizeof *lm);
     m->impl = lm;
+    lm->stack.ops = &LSTM_OPS;
     lm->lc.D = D;
     lm->lc.H = D;
     lm->w = xcalloc((size_t)L, sizeof *lm->w);
@@ -70,103 +66,42 @@ static void bind_all(Model *m) {
     }
 }
 
-/* A no_grad forward (evaluation, scoring) keeps nothing for a backward: no caches (lstm_fwd's
- * no-grad mode) and two hidden-sequence slots used in turn instead of one per layer. */
-static void carve(Model *m, Arena *a, int B, int T) {
-    LstmLm *lm = m->impl;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    int L = m->cfg.n_layer, keep = !m->no_grad;
-    lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->y = arena_floats(a, (keep ? (size_t)L + 1 : 2) * MD);
-    lm->cache_per_layer = keep ? lstm_cache_floats(&lm->lc, B, T) : 0;
-    lm->cache = keep ? arena_floats(a, (size_t)L * lm->cache_per_layer) : NULL;
-    lm->scratch = arena_floats(a, lstm_scratch_floats(&lm->lc, B, T));
-    lm->dy = keep ? arena_floats(a, MD) : NULL;
-    lm->dy2 = keep ? arena_floats(a, MD) : NULL;
+/* ---- the layer ------------------------------------------------------------------------------------ */
+/* A no_grad forward keeps nothing for a backward: no caches (lstm_fwd's no-grad mode), and the
+ * stack uses two hidden-sequence slots in turn (y must not alias x). */
+static size_t cache_floats(const Model *m, int B, int T) {
+    return m->no_grad ? 0 : lstm_cache_floats(&((const LstmLm *)m->impl)->lc, B, T);
 }
+static size_t scratch_floats(const Model *m, int B, int T) { return lstm_scratch_floats(&((const LstmLm *)m->impl)->lc, B, T); }
+static size_t state_floats(const Model *m, int B) { return lstm_state_floats(&((const LstmLm *)m->impl)->lc, B); }
+static size_t step_scratch_floats(const Model *m, int B) { return lstm_step_scratch_floats(&((const LstmLm *)m->impl)->lc, B); }
 
-static int plan(Model *m, int B, int T) {
+static int layer_fwd(Model *m, int l, float *y, const float *x, float *cache, float *scratch, int B, int T) {
     LstmLm *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
-    m->act_bytes = lm->acts.cap;
-    return rc;
-}
-
-static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
-    LstmLm *lm = m->impl;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    lm_embed_fwd(m, &lm->ends, ids, B, T);
-    memcpy(lm->y, lm->ends.x0, MD * sizeof(float));
-    int keep = lm->cache != NULL, L = m->cfg.n_layer;   /* planned without no_grad: see carve */
-    for (int l = 0; l < L; l++) {
-        float *x = lm->y + (keep ? (size_t)l : (size_t)(l % 2)) * MD;
-        float *y = lm->y + (keep ? (size_t)l + 1 : (size_t)((l + 1) % 2)) * MD;
-        lstm_fwd(&lm->lc, &lm->w[l], y, NULL, x, NULL, keep ? lm->cache + (size_t)l * lm->cache_per_layer : NULL,
-                 lm->scratch, B, T);
-    }
-    return lm_head_fwd(m, &lm->ends, lm->y + (keep ? (size_t)L : (size_t)(L % 2)) * MD, targets, B, T, loss);
-}
-
-static void bwd(Model *m) {
-    LstmLm *lm = m->impl;
-    CHECK(lm->cache, "model_bwd after a no_grad forward (nothing was kept for the backward)");
-    int B = m->B, T = m->T, L = m->cfg.n_layer;
-    size_t MD = (size_t)B * T * m->cfg.d_model;
-    memset(lm->dy, 0, MD * sizeof(float));
-    lm_head_bwd(m, &lm->ends, lm->dy, lm->y + (size_t)L * MD, B, T);
-    for (int l = L - 1; l >= 0; l--) {
-        memset(lm->dy2, 0, MD * sizeof(float));
-        lstm_bwd(&lm->lc, &lm->w[l], &lm->dw[l], lm->dy2, NULL, lm->dy, NULL, lm->y + (size_t)l * MD,
-                 lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, B, T);
-        float *t = lm->dy; lm->dy = lm->dy2; lm->dy2 = t;
-    }
-    lm_embed_bwd(m, &lm->ends, lm->dy, B, T);
-}
-
-static void carve_state(Model *m, Arena *a, int B, int T) {
-    (void)T;
-    LstmLm *lm = m->impl;
-    lm->state = arena_floats(a, (size_t)m->cfg.n_layer * lstm_state_floats(&lm->lc, B));
-    lm->step_scratch = arena_floats(a, lstm_step_scratch_floats(&lm->lc, B));
-    lm->zs = arena_floats(a, (size_t)B * m->cfg.d_model);
-    lm->zs2 = arena_floats(a, (size_t)B * m->cfg.d_model);
-    lm->head_scratch = arena_floats(a, (size_t)B * m->cfg.d_model + (size_t)B);
-}
-
-static int state_init(Model *m, int B) {
-    LstmLm *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->st, m, B, 1, carve_state);
-    if (rc) return rc;
-    memset(lm->state, 0, (size_t)m->cfg.n_layer * lstm_state_floats(&lm->lc, B) * sizeof(float));
+    lstm_fwd(&lm->lc, &lm->w[l], y, NULL, x, NULL, cache, scratch, B, T);
     return IM_OK;
 }
 
-static int step(Model *m, const int *ids, float *logits) {
+static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *x, const float *cache, float *scratch,
+                      int B, int T) {
     LstmLm *lm = m->impl;
-    int B = m->step_B, D = m->cfg.d_model;
-    const float *E = model_tensor(m, m->params, EMB_NAME);
-    embed_fwd(lm->zs, ids, E, B, m->V, D);   /* ids were validated by model_step */
-    size_t per = lstm_state_floats(&lm->lc, B);
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        float *s = lm->state + (size_t)l * per;
-        lstm_step(&lm->lc, &lm->w[l], lm->zs2, lm->zs, s, s, lm->step_scratch, B);
-        float *t = lm->zs; lm->zs = lm->zs2; lm->zs2 = t;   /* y must not alias x */
-    }
-    lm_head_step(m, logits, lm->zs, lm->head_scratch, B);
+    lstm_bwd(&lm->lc, &lm->w[l], &lm->dw[l], dx, NULL, dy, NULL, x, cache, scratch, B, T);
+}
+
+static int layer_step(Model *m, int l, float *y, const float *x, float *state, float *scratch, int B) {
+    LstmLm *lm = m->impl;
+    lstm_step(&lm->lc, &lm->w[l], y, x, state, state, scratch, B);
     return IM_OK;
 }
 
-static void free_impl(Model *m) {
+static void release(Model *m) {
     LstmLm *lm = m->impl;
-    if (!lm) return;
-    arena_free(&lm->acts);
-    arena_free(&lm->st);
     free(lm->w);
     free(lm->dw);
-    free(lm);
-    m->impl = NULL;
 }
 
-const ModelType model_lstm_lm = {"lstm", MODEL_EXPLICIT, 0, build, plan, fwd, bwd, state_init, step, free_impl, NULL, NULL};
+static const LmLayerOps LSTM_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 0, bind_all,
+                                    NULL, NULL, layer_fwd, layer_bwd, layer_step, release};
+
+
+const ModelType model_lstm_lm = LM_STACK_TYPE("lstm", MODEL_EXPLICIT, 0, build);
