@@ -40,16 +40,6 @@ static int run_sh(const char *cmd, const char *bindir) {
     return WEXITSTATUS(st);
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t n;
-    if (fs_read_all(f, 0, &buf, &n)) buf = NULL;
-    fclose(f);
-    return buf;
-}
-
 /* Trim spaces and one pair of surrounding backticks, in place. */
 static char *cell(char *s) {
     while (*s == ' ') s++;
@@ -83,7 +73,7 @@ static void run_case(char *row, const char *bindir, int *n_cases) {
     (*n_cases)++;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/.stderr", tmpdir);
-    char *err = read_text(path);
+    char *err = th_read_file(path, NULL);
     const char *e = err ? err : "";
     TH_CHECK(rc == want, "%s: `%s` exited %d, the table says %ld; stderr: %.300s", kind, cmd, rc, want, e);
     if (strcmp(msg, "-")) TH_CHECK(strstr(e, msg) != NULL, "%s: `%s`: stderr lacks '%s'; it said: %.300s", kind, cmd, msg, e);
@@ -103,7 +93,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     *strrchr(bindir, '/') = 0;
-    char *doc = read_text(DOC);
+    char *doc = th_read_file(DOC, NULL);
     TH_CHECK(doc != NULL, "cannot read %s (tests run from the repository root)", DOC);
     if (!doc) return th_done();
     TH_CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
@@ -119,7 +109,7 @@ int main(int argc, char **argv) {
             int rc = run_sh(fx, bindir);
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/.stderr", tmpdir);
-            char *err = read_text(path);
+            char *err = th_read_file(path, NULL);
             TH_CHECK(rc == 0, "fixture script exited %d: %.500s", rc, err ? err : "");
             free(err);
             fx = fe + 4;

@@ -14,21 +14,16 @@
 #include "../src/io/safetensors.h"
 #include "../src/models/ckpt.h"
 #include "th.h"
+#include "model_check.h"
 
 static char dir[64];
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
 
 static int make_model(Model *m, const char *family) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", family);
-    cfg_set(&c, "d_model", "16");
-    cfg_set(&c, "vocab_size", "20");
-    cfg_set(&c, "d_state", "4");
-    cfg_set(&c, "headdim", "8");
-    cfg_set(&c, "d_inner", !strcmp(family, "llama") ? "32" : "0");
-    int rc = model_create(m, &c);
+    const char *const kv[] = {"d_model", "16", "vocab_size", "20", "d_state", "4", "headdim", "8",
+                              "d_inner", !strcmp(family, "llama") ? "32" : "0", NULL};
+    int rc = th_model_create(m, family, kv);
     if (!rc) model_init_params(m, 11);
     return rc;
 }
@@ -346,15 +341,7 @@ static int run_cli(const char *bin, const char *args, char *err, size_t cap) {
     char cmd[1024], errp[256];
     path_of(errp, sizeof errp, "cli.err");
     snprintf(cmd, sizeof cmd, "%s %s > /dev/null 2> %s", bin, args, errp);
-    int st = system(cmd);
-    err[0] = 0;
-    FILE *f = fopen(errp, "rb");
-    if (f) {
-        size_t n = fread(err, 1, cap - 1, f);
-        err[n] = 0;
-        fclose(f);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return th_run_log(cmd, errp, err, cap);
 }
 
 static void cli_checks(const char *argv0) {

@@ -380,15 +380,6 @@ static void test_layer(Rng *r, int B, int T, int nh, int W, int gated, int neg) 
 
 /* ---- 3. models ----------------------------------------------------------------------------- */
 
-static int make_model(Model *m, const char *model, const char *const *kv) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", model);
-    for (int i = 0; kv && kv[i]; i += 2)
-        if (cfg_set(&c, kv[i], kv[i + 1])) return -1;
-    return model_create(m, &c);
-}
-
 static const char *const GATED_KV[] = {"vocab_size", "7", "d_model", "8", "n_layer", "2", "n_head", "2",
                                        "delta_head_dim", "8", "d_inner", "12", "n_householder", "2", NULL};
 static const char *const PLAIN_KV[] = {"vocab_size", "7", "d_model", "8", "n_layer", "2", "n_head", "2",
@@ -421,7 +412,7 @@ static void fill_ids(int *ids, int *tg, int n, int V, Rng *r) {
 
 static void test_model_fd(Rng *r, const char *model, const char *const *kv) {
     Model m;
-    TH_CHECK(make_model(&m, model, kv) == 0, "%s: %s", model, err_msg());
+    TH_CHECK(th_model_create(&m, model, kv) == 0, "%s: %s", model, err_msg());
     model_init_params(&m, 11);
     spread_params(&m, 12);
     enum { B = 2, T = 6 };
@@ -456,13 +447,13 @@ static void test_model_fd(Rng *r, const char *model, const char *const *kv) {
 /* step x T == parallel logits */
 static void test_model_step(Rng *r, const char *model, const char *const *kv) {
     Model m;
-    TH_CHECK(make_model(&m, model, kv) == 0, "%s: %s", model, err_msg());
+    TH_CHECK(th_model_create(&m, model, kv) == 0, "%s: %s", model, err_msg());
     model_init_params(&m, 21);
     spread_params(&m, 22);
     enum { B = 2, T = 40 };
     int ids[B * T];
     fill_ids(ids, NULL, B * T, m.cfg.vocab_size, r);
-    double worst = th_step_vs_parallel(&m, ids, B, T, model);
+    double worst = th_step_vs_parallel(&m, ids, B, T, model, NULL);
     TH_CHECK(worst <= 1e-5, "%s: step vs parallel logits rel err %.3g", model, worst);
     printf("  %-15s step vs parallel logits rel err %.2e (B %d, T %d)\n", model, worst, B, T);
     model_free(&m);
@@ -472,7 +463,7 @@ static void test_model_step(Rng *r, const char *model, const char *const *kv) {
  * instead of the built-in one: a different summation order); checkpoint round trip */
 static void test_model_threads_ckpt(Rng *r) {
     Model m;
-    TH_CHECK(make_model(&m, "gated_deltanet", GATED_KV) == 0, "%s", err_msg());
+    TH_CHECK(th_model_create(&m, "gated_deltanet", GATED_KV) == 0, "%s", err_msg());
     model_init_params(&m, 31);
     enum { B = 3, T = 37 };
     int ids[B * T], tg[B * T];
@@ -511,7 +502,7 @@ static const ParamInfo *pfind(const Model *m, const char *name) { return ptab_fi
 static void test_model_init(void) {
     Model m;
     const char *kv[] = {"d_model", "512", "n_layer", "3", "n_head", "4", "vocab_size", "20", NULL};
-    TH_CHECK(make_model(&m, "gated_deltanet", kv) == 0, "%s", err_msg());
+    TH_CHECK(th_model_create(&m, "gated_deltanet", kv) == 0, "%s", err_msg());
     model_init_params(&m, 5);
     const ParamInfo *w1 = pfind(&m, "backbone.layers.0.mlp.w1.weight"), *op = pfind(&m, "backbone.layers.2.mixer.o_proj.weight");
     const ParamInfo *al = pfind(&m, "backbone.layers.1.mixer.A_log"), *dt = pfind(&m, "backbone.layers.1.mixer.dt_bias");
@@ -542,7 +533,7 @@ static void test_model_init(void) {
     /* plain deltanet: no gate tensors; no conv with short_conv 0; d_inner > 0 -> floor(2 d_inner / 3) */
     const char *kv2[] = {"d_model", "16", "n_head", "2", "delta_head_dim", "4", "short_conv", "0", "d_inner", "50",
                          "n_householder", "2", NULL};
-    TH_CHECK(make_model(&m, "deltanet", kv2) == 0, "%s", err_msg());
+    TH_CHECK(th_model_create(&m, "deltanet", kv2) == 0, "%s", err_msg());
     TH_CHECK(!pfind(&m, "backbone.layers.0.mixer.a_proj.weight") && !pfind(&m, "backbone.layers.0.mixer.g_proj.weight") &&
                  !pfind(&m, "backbone.layers.0.mixer.A_log") && !pfind(&m, "backbone.layers.0.mixer.q_conv1d.weight"),
              "deltanet: unexpected gate / conv tensors");
@@ -553,8 +544,8 @@ static void test_model_init(void) {
 
     /* config errors are runtime errors naming the key */
     const char *bad1[] = {"backbone_dropout", "0.1", NULL}, *bad2[] = {"d_inner", "1", NULL};
-    TH_CHECK(make_model(&m, "deltanet", bad1) == IM_EINVAL && strstr(err_msg(), "backbone_dropout"), "backbone_dropout accepted");
-    TH_CHECK(make_model(&m, "gated_deltanet", bad2) == IM_EINVAL && strstr(err_msg(), "d_inner"), "d_inner 1 accepted");
+    TH_CHECK(th_model_create(&m, "deltanet", bad1) == IM_EINVAL && strstr(err_msg(), "backbone_dropout"), "backbone_dropout accepted");
+    TH_CHECK(th_model_create(&m, "gated_deltanet", bad2) == IM_EINVAL && strstr(err_msg(), "d_inner"), "d_inner 1 accepted");
 }
 
 /* ---- PyTorch parity ------------------------------------------------------------------------ */
@@ -598,18 +589,9 @@ static void test_ref(const StFile *f, const char *prefix) {
     TH_CHECK(eloss <= 1e-5, "%s: loss %.8f vs %.8f", prefix, loss, *loss_ref);
     model_zero_grad(&m);
     model_bwd(&m);
-    double worst = 0;
-    for (int i = 0; i < m.tab.n; i++) {
-        const ParamInfo *p = &m.tab.p[i];
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad.%s", p->name);
-        const float *g = rt(f, prefix, gname, p->numel);
-        TH_CHECK(g != NULL, "%s: no %s", prefix, gname);
-        if (!g) continue;
-        double e = th_rel_err(m.grads + p->offset, g, p->numel);
-        worst = fmax(worst, e);
-        TH_CHECK(e <= 1e-5, "%s: gradient %s rel err %.3g", prefix, p->name, e);
-    }
+    char grad_prefix[64];
+    snprintf(grad_prefix, sizeof grad_prefix, "%s.grad.", prefix);
+    double worst = th_ref_grads(&m, f, grad_prefix, 1e-5, prefix);
     double wl, wn;
     ref_adamw_replay(&m, ids, tg, B, T, losses, norms, &wl, &wn);
     TH_CHECK(wl <= 1e-4 && wn <= 1e-4, "%s: adamw losses rel err %.3g, grad norms %.3g", prefix, wl, wn);

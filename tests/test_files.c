@@ -47,15 +47,6 @@ static int nodes_intact(void) {
     return ok && system(cmd) != 0;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    char *text = NULL;
-    size_t n;
-    if (f && fs_read_all(f, 0, &text, &n)) text = NULL;
-    if (f) fclose(f);
-    return text;
-}
-
 /* ---- the writers ---------------------------------------------------------------------------- */
 static const int IDS[6] = {1, 2, 3, 4, 5, 6};
 
@@ -157,7 +148,7 @@ static void report_outputs(void) {
         dup2(saved, STDOUT_FILENO);
         close(saved);
         TH_CHECK(access("-", F_OK) != 0 && chdir(cwd) == 0, "%s to '-' made no file called '-'", w->name);
-        char *got = slurp(cap);
+        char *got = th_read_file(cap, NULL);
         TH_CHECK(rc == IM_OK && got && !strncmp(got, w->starts, strlen(w->starts)), "%s to '-': rc %d, got '%.20s'", w->name,
                  rc, got ? got : "(nothing)");
         free(got);
@@ -181,7 +172,7 @@ static void links(void) {
     snprintf(link, sizeof link, "%s/link.json", dir);
     TH_CHECK(atomic_write_bytes(target, "old", 3) == IM_OK && symlink("target.json", link) == 0, "setup");
     TH_CHECK(atomic_write_bytes(link, "new", 3) == IM_OK, "write through a link: %s", err_msg());
-    char *got = slurp(target);
+    char *got = th_read_file(target, NULL);
     TH_CHECK(kind_of(link) == S_IFLNK && got && !strcmp(got, "new"), "the link stays, its target is replaced");
     free(got);
 }
@@ -203,7 +194,7 @@ static void reserved_stdout(void) {
     }
     int status = 1;
     waitpid(pid, &status, 0);
-    char *o = slurp(out), *e = slurp(err);
+    char *o = th_read_file(out, NULL), *e = th_read_file(err, NULL);
     TH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && o && !strcmp(o, "{}\n") && e && !strcmp(e, "a table\n"),
              "reserved stdout: out '%s', err '%s'", o ? o : "", e ? e : "");
     free(o);
@@ -225,7 +216,7 @@ static int cli(const char *args) {
 static int cli_err_has(const char *needle) {
     char p[256];
     snprintf(p, sizeof p, "%s/cli.err", dir);
-    char *e = slurp(p);
+    char *e = th_read_file(p, NULL);
     int ok = e && strstr(e, needle);
     if (!ok) printf("  stderr was: %s\n", e ? e : "(none)");
     free(e);
@@ -278,7 +269,7 @@ static void through_cli(void) {
     char out[256];
     snprintf(out, sizeof out, "%s/cli.out", dir);
     int rc = cli(a);
-    char *o = slurp(out);
+    char *o = th_read_file(out, NULL);
     Json *j = NULL;
     TH_CHECK(rc == 0 && o && json_parse(&j, o, strlen(o)) == IM_OK && json_get(j, "rows") && cli_err_has("| length"),
              "eval --json -: JSON alone on stdout");
@@ -290,7 +281,7 @@ static void through_cli(void) {
     snprintf(cmd, sizeof cmd, "timeout 120 cat %s > %s & %s eval %s --csv %s > /dev/null 2>&1; st=$?; wait; exit $st",
              fifo, got, bin, ckpt, fifo);
     rc = system(cmd);
-    o = slurp(got);
+    o = th_read_file(got, NULL);
     TH_CHECK(rc == 0 && o && !strncmp(o, "len,", 4) && kind_of(fifo) == S_IFIFO, "eval --csv into a FIFO");
     free(o);
     if (have_chr) {
@@ -301,7 +292,7 @@ static void through_cli(void) {
     TH_CHECK(cli(a) == 0, "init");
     snprintf(a, sizeof a, "generate %s/g.safetensors --prompt hi --max_tokens 3 --json -", dir);
     rc = cli(a);
-    o = slurp(out);
+    o = th_read_file(out, NULL);
     TH_CHECK(rc == 0 && o && o[0] == '{' && json_parse(&j, o, strlen(o)) == IM_OK,
              "generate --json -: JSON alone on stdout");
     json_free(j);

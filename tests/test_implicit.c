@@ -14,8 +14,8 @@
 #include "../src/io/safetensors.h"
 #include "../src/models/ckpt.h"
 #include "../src/layers/noise.h"
-#include "refload.h"
 #include "th.h"
+#include "model_check.h"
 
 enum { B = 2, T = 6, V = 11 };
 
@@ -134,26 +134,16 @@ static void duality(const char *family) {
     Model m;
     make(&m, family, kv);
     contract(&m);
-    int ids[B * T], tg[B * T], col[B];
+    int ids[B * T], tg[B * T];
     batch(ids, tg);
     m.training = 0;
-    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "%s", err_msg());
+    double iters = 0;
+    double worst = th_step_vs_parallel(&m, ids, B, T, family, &iters);
+    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "%s", err_msg());   /* for its iteration count */
     double sim_iters = m.fp_iters;
-    float *sim = th_alloc((size_t)B * T * m.V), *lg = th_alloc((size_t)B * m.V), *want = th_alloc((size_t)B * m.V);
-    memcpy(sim, m.logits, sizeof(float) * (size_t)B * T * m.V);
-    TH_CHECK(model_state_init(&m, B) == 0, "%s", err_msg());
-    double worst = 0, iters = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-        TH_CHECK(model_step(&m, col, lg) == 0, "%s", err_msg());
-        iters += m.fp_iters;
-        for (int b = 0; b < B; b++) memcpy(want + (size_t)b * m.V, sim + ((size_t)b * T + t) * m.V, sizeof(float) * m.V);
-        worst = fmax(worst, th_rel_err(lg, want, (size_t)B * m.V));
-    }
     TH_CHECK(worst < 1e-3, "%s: sequential vs simultaneous rel err %.3g", family, worst);
     printf("  %-24s duality rel err %.2e (simultaneous %g iterations, sequential %.1f per token)\n", family, worst,
-           sim_iters, iters / T);
-    free(sim); free(lg); free(want);
+           sim_iters, iters);
     model_free(&m);
 }
 
@@ -175,16 +165,10 @@ static void seq_variants(void) {
         contract(&m);
         for (int k = 0; k < 4; k += 2) cfg_set(&m.cfg, variants[v][k], variants[v][k + 1]);
         out[v] = th_alloc((size_t)B * T * m.V);
-        float *lg = th_alloc((size_t)B * m.V);
-        model_state_init(&m, B);
+        double step_iters[T];
+        th_step_all(&m, ids, B, T, out[v], step_iters, variants[v][3]);
         iters[v] = 0;
-        for (int t = 0; t < T; t++) {
-            for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-            TH_CHECK(model_step(&m, col, lg) == 0, "%s", err_msg());
-            iters[v] += m.fp_iters / T;
-            for (int b = 0; b < B; b++) memcpy(out[v] + ((size_t)b * T + t) * m.V, lg + (size_t)b * m.V, sizeof(float) * m.V);
-        }
-        free(lg);
+        for (int t = 0; t < T; t++) iters[v] += step_iters[t] / T;
         model_free(&m);
     }
     double ew = th_rel_err(out[1], out[0], (size_t)B * T * V), ea = th_rel_err(out[2], out[0], (size_t)B * T * V);
@@ -249,34 +233,13 @@ static void weight_norm_and_memory(void) {
 }
 
 /* Per-tensor scale-aware comparison of all parameter gradients with prefix (e.g. "grad."). */
-static double grads_vs(const Model *m, const StFile *f, const char *prefix, const char *what) {
-    double worst = 0;
-    for (int i = 0; i < m->tab.n; i++) {
-        const ParamInfo *p = &m->tab.p[i];
-        char name[200];
-        snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        const float *g = ref_tensor(f, name, p->numel);
-        TH_CHECK(g != NULL, "%s: reference lacks %s", what, name);
-        if (!g) continue;
-        double e = th_rel_err(m->grads + p->offset, g, p->numel);
-        worst = fmax(worst, e);
-        TH_CHECK(e < 1e-3, "%s: %s rel err %.3g", what, p->name, e);
-    }
-    return worst;
-}
-
 /* PyTorch parity (tests/ref/gen_implicit.py): phantom and unrolled training forward/backward,
  * the simultaneous eval loop and sequential mode, bounded and converged. */
 static void parity(const char *path) {
     StFile f;
-    if (st_read(&f, path)) { TH_CHECK(0, "%s: %s", path, err_msg()); return; }
-    ModelCfg c;
-    int Bn = 0, Tn = 0;
-    TH_CHECK(ref_config(&f, &c, &Bn, &Tn) == 0, "%s: config", path);
     Model m;
-    int rc = ckpt_load(&m, path, &c);
-    TH_CHECK(rc == 0, "%s: %s", path, err_msg());
-    if (rc) { st_free(&f); return; }
+    int Bn = 0, Tn = 0;
+    if (th_ref_open(&f, &m, path, NULL, &Bn, &Tn)) return;
     size_t n = (size_t)Bn * Tn, nl = n * m.V;
     const int *ids = (const int *)ref_tensor(&f, "input.ids", n), *tg = (const int *)ref_tensor(&f, "input.targets", n);
     float loss;
@@ -288,7 +251,7 @@ static void parity(const char *path) {
     TH_CHECK(el < 1e-4 && fabsf(loss - *ref_tensor(&f, "out.loss", 1)) < 1e-4f * loss, "%s phantom logits %.3g", path, el);
     model_zero_grad(&m);
     model_bwd(&m);
-    double eg = grads_vs(&m, &f, "grad.", "phantom");
+    double eg = th_ref_grads(&m, &f, "grad.", 1e-3, "phantom");
     /* unrolled warm-up: z = f(0), 3 damped calls, full backprop */
     m.cfg.pretrain_steps = 1;
     m.train_step = 0;
@@ -297,28 +260,23 @@ static void parity(const char *path) {
     TH_CHECK(eu < 1e-4, "%s unrolled logits %.3g", path, eu);
     model_zero_grad(&m);
     model_bwd(&m);
-    double eug = grads_vs(&m, &f, "unrolled.grad.", "unrolled");
+    double eug = th_ref_grads(&m, &f, "unrolled.grad.", 1e-3, "unrolled");
     /* simultaneous eval loop, f_thres 8: 7 loop calls + the final one */
     m.training = 0;
     TH_CHECK(model_fwd(&m, ids, NULL, Bn, Tn, NULL) == 0, "%s", err_msg());
     double ee = th_rel_err(m.logits, ref_tensor(&f, "eval.logits", nl), nl);
     TH_CHECK(ee < 1e-4 && m.fp_iters == 7, "%s eval logits %.3g, iters %g", path, ee, m.fp_iters);
     /* sequential mode with the same loop per token */
-    float *seq = th_alloc(nl), *lg = th_alloc((size_t)Bn * m.V);
-    int col[16];
-    model_state_init(&m, Bn);
-    for (int t = 0; t < Tn; t++) {
-        for (int b = 0; b < Bn; b++) col[b] = ids[b * Tn + t];
-        model_step(&m, col, lg);
-        TH_CHECK(m.fp_iters == 7, "seq iters %g", m.fp_iters);
-        for (int b = 0; b < Bn; b++) memcpy(seq + ((size_t)b * Tn + t) * m.V, lg + (size_t)b * m.V, sizeof(float) * m.V);
-    }
+    float *seq = th_alloc(nl);
+    double *seq_iters = calloc((size_t)Tn, sizeof(double));
+    th_step_all(&m, ids, Bn, Tn, seq, seq_iters, path);
+    for (int t = 0; t < Tn; t++) TH_CHECK(seq_iters[t] == 7, "seq iters %g", seq_iters[t]);
+    free(seq_iters);
     double es = th_rel_err(seq, ref_tensor(&f, "seq.logits", nl), nl);
     TH_CHECK(es < 1e-4, "%s seq logits %.3g", path, es);
     printf("  %-38s phantom logits %.1e grads %.1e | unrolled %.1e / %.1e | eval %.1e | seq %.1e\n", path, el, eg, eu, eug,
            ee, es);
     free(seq);
-    free(lg);
     model_free(&m);
     st_free(&f);
 }
@@ -347,7 +305,7 @@ static void noise(void) {
     free(x);
     free(y);
     /* model level */
-    int ids[B * T], tg[B * T], col[B];
+    int ids[B * T], tg[B * T];
     batch(ids, tg);
     const char *dbs[3] = {"0", "15", "15"};
     float *out[3];
@@ -359,14 +317,7 @@ static void noise(void) {
         cfg_set(&m.cfg, "latent_noise_db", dbs[v]);
         cfg_set(&m.cfg, "state_noise_db", dbs[v]);
         out[v] = th_alloc((size_t)B * T * m.V);
-        float *lg = th_alloc((size_t)B * m.V);
-        model_state_init(&m, B);
-        for (int t = 0; t < T; t++) {
-            for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-            model_step(&m, col, lg);
-            for (int b = 0; b < B; b++) memcpy(out[v] + ((size_t)b * T + t) * m.V, lg + (size_t)b * m.V, sizeof(float) * m.V);
-        }
-        free(lg);
+        th_step_all(&m, ids, B, T, out[v], NULL, "noise");
         model_free(&m);
     }
     size_t n = (size_t)B * T * V;

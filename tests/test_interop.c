@@ -26,6 +26,7 @@
 #include "../src/models/ckpt.h"
 #include "../src/models/layouts.h"
 #include "th.h"
+#include "model_check.h"
 
 #define REF "tests/ref/"
 #define IOP "tests/ref/interop/"
@@ -49,17 +50,10 @@ static void wilds(const char *p, char *out) {
 }
 
 static int model_of(Model *m, const char *family) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", family);
-    cfg_set(&c, "d_model", "16");
-    cfg_set(&c, "vocab_size", "20");
-    cfg_set(&c, "d_state", "4");
-    cfg_set(&c, "headdim", "8");
-    cfg_set(&c, "n_layer", "2");
-    cfg_set(&c, "d_inner", strstr(family, "llama") ? "32" : "0");
-    if (strstr(family, "llama")) cfg_set(&c, "mlp_type", "swiglu");
-    return model_create(m, &c);
+    int llama = strstr(family, "llama") != NULL;
+    const char *const kv[] = {"d_model", "16", "vocab_size", "20", "d_state", "4", "headdim", "8", "n_layer", "2",
+                              "d_inner", llama ? "32" : "0", "mlp_type", llama ? "swiglu" : "auto", NULL};
+    return th_model_create(m, family, kv);
 }
 
 static void tables(void) {
@@ -329,15 +323,7 @@ static int run(const char *args, char *out, size_t cap) {
     char cmd[2048], log[256];
     path_of(log, sizeof log, "cli.out");
     snprintf(cmd, sizeof cmd, "%s %s > %s 2>&1", bin, args, log);
-    int st = system(cmd);
-    out[0] = 0;
-    FILE *f = fopen(log, "rb");
-    if (f) {
-        size_t n = fread(out, 1, cap - 1, f);
-        out[n] = 0;
-        fclose(f);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return th_run_log(cmd, log, out, cap);
 }
 
 static int same_file(const char *a, const char *b) {

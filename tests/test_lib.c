@@ -47,15 +47,6 @@ static void make_ckpt(const char *name, const char *const *kv, int bpe, char *pa
     model_free(&m);
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    if (!f) return NULL;
-    if (fs_read_all(f, 0, &buf, n)) buf = NULL;
-    fclose(f);
-    return buf;
-}
-
 /* Run cmd under sh with stdout to tmpdir/out; returns the exit status (128 + signal if killed). */
 static int run(const char *cmd) {
     char line[4096];
@@ -70,7 +61,7 @@ static int run(const char *cmd) {
 static char *run_out_raw(size_t *n, int chomp) {
     char p[600];
     snprintf(p, sizeof p, "%s/out", tmpdir);
-    char *s = slurp(p, n);
+    char *s = th_read_file(p, n);
     if (s && chomp && *n && s[*n - 1] == '\n') s[--*n] = 0;
     return s;
 }
@@ -382,7 +373,7 @@ static void test_interop_load(void) {
 /* Public functions declared in the header: lines with "IM_API " followed by a name "im_...(" */
 static int header_api_count(void) {
     size_t n;
-    char *h = slurp("include/implicit.h", &n);
+    char *h = th_read_file("include/implicit.h", &n);
     int count = 0;
     for (char *p = h; p && (p = strstr(p, "\nIM_API ")); p++) count++;
     free(h);
@@ -469,7 +460,7 @@ static void test_examples(const char *ckpt, const char *prompt) {
     char ep[600];
     snprintf(ep, sizeof ep, "%s/err", tmpdir);
     size_t n;
-    char *err = slurp(ep, &n);
+    char *err = th_read_file(ep, &n);
     TH_CHECK(rc == 1 && err && strstr(err, "error: ") && strstr(err, "none.safetensors"), "example, missing file: %d %s",
              rc, err ? err : "");
     free(err);
@@ -518,7 +509,7 @@ static void test_python(const char *ckpt, const char *prompt) {
     size_t n;
     char *out = run_out(&n), ep[600];
     snprintf(ep, sizeof ep, "%s/err", tmpdir);
-    char *err = slurp(ep, &n);
+    char *err = th_read_file(ep, &n);
     TH_CHECK(rc == 0 && out && strstr(out, "python: ") && strstr(out, " 0 failed"), "tests/test_python.py (exit %d):\n%s%s",
              rc, out ? out : "", err ? err : "");
     if (out && rc == 0) printf("  %s\n", out);

@@ -27,9 +27,9 @@
 #include "../src/models/ckpt.h"
 #include "../src/models/model.h"
 #include "../src/train/optim.h"
-#include "refload.h"
 
 #include "gradcheck.h"
+#include "model_check.h"
 
 static double worst_kernel_fwd, worst_kernel_bwd;
 
@@ -330,13 +330,7 @@ static void test_layer(Rng *r) {
 
 /* ==== model =================================================================================== */
 
-static int make_model(Model *m, const char *const *kv) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", "mamba1");
-    for (int i = 0; kv && kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
-    return model_create(m, &c);
-}
+static int make_model(Model *m, const char *const *kv) { return th_model_create(m, "mamba1", kv); }
 
 static const char *const TINY[] = {"vocab_size", "7", "pad_vocab_multiple", "4", "d_model", "8", "n_layer", "2",
                                    "d_state", "3", "expand", "2", NULL};
@@ -360,23 +354,15 @@ static void model_step_check(const char *const *kv, const char *name) {
     rng_seed(&r, 21, 0);
     perturb_norm_biases(&m, &r);
     for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, 7);
-    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "fwd: %s", err_msg());
+    double worst = th_step_vs_parallel(&m, ids, B, T, name, NULL);
     TH_CHECK(m.V == 8, "padded vocab %d != 8", m.V);
-    float *full = th_alloc((size_t)B * T * m.V), *lg = th_alloc((size_t)B * m.V), *want = th_alloc((size_t)B * m.V);
-    memcpy(full, m.logits, sizeof(float) * (size_t)B * T * m.V);
-    TH_CHECK(model_state_init(&m, B) == 0, "state: %s", err_msg());
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-        TH_CHECK(model_step(&m, col, lg) == 0, "step: %s", err_msg());
-        for (int b = 0; b < B; b++) memcpy(want + (size_t)b * m.V, full + ((size_t)b * T + t) * m.V, sizeof(float) * m.V);
-        worst = fmax(worst, th_rel_err(lg, want, (size_t)B * m.V));
-    }
     TH_CHECK(worst <= 1e-5, "%s: step vs parallel rel err %.3g", name, worst);
     printf("  %s: step vs parallel: rel err %.2e (B=%d, T=%d)\n", name, worst, B, T);
+    float *lg = th_alloc((size_t)B * m.V);
+    for (int b = 0; b < B; b++) col[b] = ids[b * T];
     col[0] = 7;
     TH_CHECK(model_step(&m, col, lg) == IM_EINVAL, "out-of-range token accepted");
-    free(full); free(lg); free(want);
+    free(lg);
     model_free(&m);
 }
 
@@ -442,16 +428,11 @@ static void model_fd(const char *norm_type) {
 
 /* PyTorch parity with tests/ref/mamba1.safetensors (loaded through ckpt_load as the CLI would). */
 static void model_ref(const char *path) {
+    static const char *const pad[] = {"pad_vocab_multiple", "8", NULL};
     StFile f;
-    if (st_read(&f, path)) { TH_CHECK(0, "%s: %s", path, err_msg()); return; }
-    ModelCfg c;
-    int B = 0, T = 0;
-    TH_CHECK(ref_config(&f, &c, &B, &T) == 0, "%s: cannot read the reference config", path);
-    cfg_set(&c, "pad_vocab_multiple", "8");
     Model m;
-    int rc = ckpt_load(&m, path, &c);
-    TH_CHECK(rc == 0, "%s: load: %s", path, err_msg());
-    if (rc) { st_free(&f); return; }
+    int B = 0, T = 0;
+    if (th_ref_open(&f, &m, path, pad, &B, &T)) return;
     const int *ids = (const int *)ref_tensor(&f, "input.ids", (size_t)B * T);
     const int *tg = (const int *)ref_tensor(&f, "input.targets", (size_t)B * T);
     const float *logits = ref_tensor(&f, "out.logits", (size_t)B * T * m.V);
@@ -466,18 +447,7 @@ static void model_ref(const char *path) {
     TH_CHECK(fabsf(loss - *loss_ref) <= 1e-5f * fabsf(*loss_ref), "mamba1 ref loss %.7f vs %.7f", loss, *loss_ref);
     model_zero_grad(&m);
     model_bwd(&m);
-    double worst = 0;
-    for (int i = 0; i < m.tab.n; i++) {
-        const ParamInfo *p = &m.tab.p[i];
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad.%s", p->name);
-        const float *g = ref_tensor(&f, gname, p->numel);
-        TH_CHECK(g != NULL, "no reference gradient %s", gname);
-        if (!g) continue;
-        double e = th_rel_err(m.grads + p->offset, g, p->numel);
-        worst = fmax(worst, e);
-        TH_CHECK(e <= 1e-5, "mamba1 ref gradient %s rel err %.3g", p->name, e);
-    }
+    double worst = th_ref_grads(&m, &f, "grad.", 1e-5, "mamba1 ref");
     printf("  %s: logits %.2e  loss %.2e  worst grad %.2e\n", path, el, fabs(loss - *loss_ref) / fabs(*loss_ref),
            worst);
     double wl, wn;

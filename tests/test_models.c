@@ -18,19 +18,14 @@
 #include "../src/models/ckpt.h"
 #include "../src/train/optim.h"
 #include "../src/train/train_cfg.h"
-#include "refload.h"
 #include "th.h"
+#include "model_check.h"
 
 static void check_ref(const char *path) {
     StFile f;
-    if (st_read(&f, path)) { TH_CHECK(0, "%s: %s", path, err_msg()); return; }
-    ModelCfg c;
-    int B = 0, T = 0;
-    TH_CHECK(ref_config(&f, &c, &B, &T) == 0, "%s: cannot read reference config", path);
     Model m;
-    int rc = ckpt_load(&m, path, &c);
-    TH_CHECK(rc == 0, "%s: load: %s", path, err_msg());
-    if (rc) { st_free(&f); return; }
+    int B = 0, T = 0, rc;
+    if (th_ref_open(&f, &m, path, NULL, &B, &T)) return;
     const int *ids = (const int *)ref_tensor(&f, "input.ids", (size_t)B * T);
     const int *tg = (const int *)ref_tensor(&f, "input.targets", (size_t)B * T);
     const float *logits = ref_tensor(&f, "out.logits", (size_t)B * T * m.V);
@@ -48,18 +43,7 @@ static void check_ref(const char *path) {
 
     model_zero_grad(&m);
     model_bwd(&m);
-    double worst = 0;
-    for (int i = 0; i < m.tab.n; i++) {
-        const ParamInfo *p = &m.tab.p[i];
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad.%s", p->name);
-        const float *g = ref_tensor(&f, gname, p->numel);
-        TH_CHECK(g != NULL, "%s: no reference gradient %s", path, gname);
-        if (!g) continue;
-        double e = th_rel_err(m.grads + p->offset, g, p->numel);
-        if (e > worst) worst = e;
-        TH_CHECK(e <= 1e-3, "%s: gradient %s rel err %.3g", path, p->name, e);
-    }
+    double worst = th_ref_grads(&m, &f, "grad.", 1e-3, path);
     printf("  %-34s logits %.2e  loss %.2e  worst grad %.2e\n", path, th_rel_err(m.logits, logits, (size_t)B * T * m.V),
            fabs(loss - *loss_ref) / fabs(*loss_ref), worst);
 
@@ -80,11 +64,7 @@ static void check_ref(const char *path) {
 
 /* A freshly initialised `model` with the given keys; returns 0 (and says why) if it cannot be made. */
 static int make_model(Model *m, const char *model, const char *const *kv, uint64_t seed) {
-    ModelCfg c;
-    cfg_defaults(&c);
-    cfg_set(&c, "model", model);
-    for (int i = 0; kv[i]; i += 2) cfg_set(&c, kv[i], kv[i + 1]);
-    int ok = model_create(m, &c) == 0;
+    int ok = th_model_create(m, model, kv) == 0;
     TH_CHECK(ok, "%s: %s", model, err_msg());
     if (ok) model_init_params(m, seed);
     return ok;
@@ -100,25 +80,17 @@ static void check_step(const char *model, const char *const *kv) {
     Rng r;
     rng_seed(&r, 9, 0);
     for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, (uint32_t)c.vocab_size);
-    TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == 0, "%s fwd: %s", model, err_msg());
-    float *full = th_alloc((size_t)B * T * m.V), *lg = th_alloc((size_t)B * m.V), *want = th_alloc((size_t)B * m.V);
-    memcpy(full, m.logits, sizeof(float) * (size_t)B * T * m.V);
-    TH_CHECK(model_state_init(&m, B) == 0, "%s state: %s", model, err_msg());
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) col[b] = ids[b * T + t];
-        model_step(&m, col, lg);
-        for (int b = 0; b < B; b++) memcpy(want + (size_t)b * m.V, full + ((size_t)b * T + t) * m.V, sizeof(float) * m.V);
-        worst = fmax(worst, th_rel_err(lg, want, (size_t)B * m.V));
-    }
+    double worst = th_step_vs_parallel(&m, ids, B, T, model, NULL);
     TH_CHECK(worst <= 1e-5, "%s: step vs parallel rel err %.3g", model, worst);
     printf("  step vs parallel %-8s rel err %.2e (B=%d, T=%d)\n", model, worst, B, T);
     /* a bad token is a runtime error, not a crash */
+    float *lg = th_alloc((size_t)B * m.V);
+    for (int b = 0; b < B; b++) col[b] = ids[b * T];
     col[0] = c.vocab_size;
     TH_CHECK(model_step(&m, col, lg) == IM_EINVAL, "%s: out-of-range token accepted", model);
     ids[5] = -1;
     TH_CHECK(model_fwd(&m, ids, NULL, B, T, NULL) == IM_EINVAL, "%s: negative token accepted", model);
-    free(full); free(lg); free(want);
+    free(lg);
     model_free(&m);
 }
 

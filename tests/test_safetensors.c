@@ -29,18 +29,6 @@ static const char *in_dir(char *buf, const char *name) {
     return buf;
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, fp);
-    fclose(fp);
-    return b;
-}
-
 static void write_raw(const char *path, const void *buf, size_t n) {
     FILE *fp = fopen(path, "wb");
     CHECK(fp && fwrite(buf, 1, n, fp) == n, "test: cannot write %s", path);
@@ -126,7 +114,7 @@ static void test_roundtrip(void) {
     TH_CHECK(st_find(&f, "nope") == NULL && st_meta(&f, "nope") == NULL && st_find(&f, "") == NULL, "absent lookups");
     /* The same bytes through the memory path give the same file. */
     size_t n;
-    unsigned char *bytes = read_all(path, &n);
+    unsigned char *bytes = (unsigned char *)th_read_file(path, &n);
     StFile g;
     rc = st_read_mem(&g, bytes, n);
     TH_CHECK(rc == IM_OK && g.n_tensors == 5 && g.data_size == f.data_size && memcmp(g.data, f.data, f.data_size) == 0 &&
@@ -182,7 +170,7 @@ static void test_layout(void) {
     const char *want = "{\"__metadata__\":{\"format\":\"implicit.ckpt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
                        "\"data_offsets\":[0,8]},\"s\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
     size_t wl = strlen(want), padded = (wl + 7) / 8 * 8, n = 0;
-    unsigned char *b = read_all(path, &n);
+    unsigned char *b = (unsigned char *)th_read_file(path, &n);
     TH_CHECK(b && n == 8 + padded + 16, "file size %zu, want %zu", n, 8 + padded + 16);
     if (!b || n != 8 + padded + 16) { free(b); return; }
     uint64_t h = 0;
@@ -222,7 +210,7 @@ static void test_atomic(void) {
     big[0] = 42.0f;
     TH_CHECK(st_write(path, &t_small, 1, NULL) == IM_OK, "old file: %s", err_msg());
     size_t n_old, n_now;
-    unsigned char *old = read_all(path, &n_old), *now;
+    unsigned char *old = (unsigned char *)th_read_file(path, &n_old), *now;
     struct rlimit saved, lim;
     TH_CHECK(getrlimit(RLIMIT_FSIZE, &saved) == 0, "getrlimit");
     lim = saved;
@@ -234,7 +222,7 @@ static void test_atomic(void) {
     signal(SIGXFSZ, prev);
     TH_CHECK(rc == IM_EIO && strstr(err_msg(), "write failed") && strstr(err_msg(), strerror(EFBIG)),
              "failed overwrite: rc %d, %s", rc, err_msg());
-    now = read_all(path, &n_now);
+    now = (unsigned char *)th_read_file(path, &n_now);
     TH_CHECK(now && n_now == n_old && memcmp(now, old, n_old) == 0, "old file kept byte for byte");
     TH_CHECK(count_temp_files() == 0, "no temp files after failures");
     free(now);
@@ -291,7 +279,7 @@ static void test_broken_length(void) {
     StWriteTensor ts[] = {{"a", ST_F32, 1, {3}, v}};
     CHECK(st_write(path, ts, 1, NULL) == IM_OK, "%s", err_msg());
     size_t n, hlen;
-    unsigned char *good = read_all(path, &n);
+    unsigned char *good = (unsigned char *)th_read_file(path, &n);
     hlen = good[0] | (size_t)good[1] << 8;
     /* Truncation inside the length, the header and the data. */
     const size_t cuts[] = {0, 3, 7, 8, 8 + hlen / 2, 8 + hlen, n - 1};
@@ -440,7 +428,7 @@ static void test_mutations(void) {
     const char *meta[] = {"format", "implicit.ckpt", "model", "fprnn", NULL};
     CHECK(st_write(path, ts, 3, meta) == IM_OK, "%s", err_msg());
     size_t n;
-    unsigned char *good = read_all(path, &n), *b = malloc(n);
+    unsigned char *good = (unsigned char *)th_read_file(path, &n), *b = malloc(n);
     size_t hend = 8 + (good[0] | (size_t)good[1] << 8);
     Rng r;
     rng_seed(&r, 2024, 3);

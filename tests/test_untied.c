@@ -104,7 +104,7 @@ static void step_and_train(const char *model, int check_step, Rng *r) {
     spread(&m, 9);
     int ids[B * T], tg[B * T];
     fill(ids, tg, m.cfg.vocab_size, r);
-    double worst = th_step_vs_parallel(&m, ids, B, T, model);
+    double worst = th_step_vs_parallel(&m, ids, B, T, model, NULL);
     TH_CHECK(!check_step || worst <= 1e-5, "%s: step vs parallel logits rel err %.3g", model, worst);
     if (check_step) printf("  %-15s untied: step vs parallel logits rel err %.2e\n", model, worst);
     const ParamInfo *h = ptab_find(&m.tab, HEAD);

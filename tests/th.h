@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "../src/core/rng.h"
 #include "../src/kernels/kernels.h"
@@ -83,6 +84,21 @@ static inline char *th_read_file(const char *path, size_t *n) {
     }
     fclose(f);
     return buf;
+}
+
+/* Runs the shell command cmd, which sends the output the caller wants into the file `log`
+ * ("... > log 2>&1"), and reads that file back into out (NUL-terminated, at most cap - 1 bytes;
+ * empty when there is none). Returns the exit status, -1 when the command did not exit. */
+static inline int th_run_log(const char *cmd, const char *log, char *out, size_t cap) {
+    int st = system(cmd);
+    out[0] = 0;
+    FILE *f = fopen(log, "rb");
+    if (f) {
+        size_t n = fread(out, 1, cap - 1, f);
+        out[n] = 0;
+        fclose(f);
+    }
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* One run of a bit-identity pair at n threads: every kernel call forks whenever it has two items
