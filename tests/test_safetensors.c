@@ -62,6 +62,18 @@ static void expect_bad_mem(const void *buf, size_t len, const char *word, const 
              "%s: rc %d, message \"%s\" lacks \"%s\"", label, rc, err_msg(), word);
     TH_CHECK(f.n_tensors == 0 && f.tensors == NULL && f.data == NULL && f.n_meta == 0, "%s: f left empty", label);
     st_free(&f);
+    /* the same bytes as a file: the mapped reader refuses them as the copying one does */
+    char path[256], read_msg[1024];
+    in_dir(path, "bad_map.safetensors");
+    FILE *fp = fopen(path, "wb");
+    TH_CHECK(fp && (len == 0 || fwrite(buf, 1, len, fp) == len) && fclose(fp) == 0, "%s: write %s", label, path);
+    int rc_read = st_read(&f, path);
+    snprintf(read_msg, sizeof read_msg, "%s", err_msg());
+    int rc_map = st_map(&f, path);
+    TH_CHECK(rc_map == rc_read && rc_map != IM_OK && !strcmp(read_msg, err_msg()),
+             "%s: st_map rc %d \"%s\", st_read rc %d \"%s\"", label, rc_map, err_msg(), rc_read, read_msg);
+    TH_CHECK(f.n_tensors == 0 && f.tensors == NULL && f.data == NULL && f.map == NULL, "%s: st_map left f empty", label);
+    st_free(&f);
 }
 
 static void expect_bad_hdr(const char *hdr, size_t data_len, const char *word, const char *label) {

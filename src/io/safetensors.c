@@ -407,7 +407,7 @@ static int map_file(StFile *f, FILE *fp, const char *path, int *fallback) {
     int rc = check_header_len(path, hlen, total);
     size_t dsize = rc ? 0 : (size_t)(total - 8 - hlen);
     if (!rc) rc = parse_header(f, path, (const char *)b + 8, (size_t)hlen, dsize);
-    int aligned = (8 + hlen) % 4 == 0;
+    int aligned = (8 + hlen) % 8 == 0; /* then every tensor is aligned to its element size */
     for (int i = 0; !rc && i < f->n_tensors; i++) {
         StTensor *t = &f->tensors[i];
         if (t->nbytes == 0) t->offset = 0;

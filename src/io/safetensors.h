@@ -52,10 +52,11 @@ typedef struct {
 int st_read(StFile *f, const char *path);
 /* st_read, but the file is mapped (copy-on-write: the file is never written) and the tensors are
  * used in place, so the data costs no copy and no memory of its own beyond the page cache. data
- * is then 4-byte aligned, 64-byte aligned for files this project writes. Falls back to st_read
- * where a mapping cannot be had or the tensors would need repacking (offsets not a multiple of
- * the element size). The same checks and errors as st_read. A file shortened by another process
- * while it is mapped raises SIGBUS on the next access, as with any mapped file. */
+ * is then 8-byte aligned (64-byte for checkpoints this project writes, ckpt_save). Falls back to
+ * st_read where a mapping cannot be had or the tensors would need repacking (a data start or an
+ * offset not a multiple of 8 or of the element size). The same checks and errors as st_read. A
+ * file shortened by another process while it is mapped raises SIGBUS on the next access, as with
+ * any mapped file. */
 int st_map(StFile *f, const char *path);
 /* The same from memory (tests, fuzzing); buf is copied, the caller keeps it. */
 int st_read_mem(StFile *f, const void *buf, size_t len);
