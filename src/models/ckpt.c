@@ -523,7 +523,7 @@ int ckpt_read_meta(const char *path, const char *key, char **out) {
     *out = NULL;
     int rc = find_shards(&sh, path);
     StFile f;
-    if (!rc) rc = st_read(&f, sh.paths[0]);
+    if (!rc) rc = st_map(&f, sh.paths[0]); /* mapped: only the header is read */
     shards_free(&sh);
     if (rc) return rc;
     const char *v = st_meta(&f, key);
