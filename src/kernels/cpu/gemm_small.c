@@ -110,13 +110,14 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
  * order, then hsum4, then the scalar K tail, whichever run, call or thread it falls in. */
 #define DOT_S_MAX 8
 
-/* out[i][s] = <x_i, w_s> for MB rows of X (row stride ldx, m valid) and S weight rows
- * w_s = W + s wstep (n valid; the others re-read the last row and are dropped): MB x S
- * accumulator vectors, one load of each weight vector per k step. */
+/* out[i ldo + s] = <x_i, w_s> for the m valid of MB rows of X (row stride ldx) and S weight rows
+ * w_s = W + s wstep (n valid; the others re-read the last row): MB x S accumulator vectors, one
+ * load of each weight vector per k step. All S sums of a row are stored, so out must have room
+ * for S; the n - S extra ones are overwritten by the next call or land in the buffer's slack. */
 #define DEFINE_DOT(MB, S)                                                                          \
     static IM_NOINLINE void dot_##MB##x##S(int K, const float *X, size_t ldx, int m,             \
                                            const float *W, size_t wstep, int n,                  \
-                                           float out[][DOT_S_MAX]) {                             \
+                                           float *out, size_t ldo) {                             \
         const float *x[MB], *w[S];                                                                \
         for (int i = 0; i < MB; i++) x[i] = X + (size_t)(i < m ? i : m - 1) * ldx;               \
         for (int s = 0; s < S; s++) w[s] = W + (size_t)(s < n ? s : n - 1) * wstep;               \
@@ -132,15 +133,15 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
                 for (int s = 0; s < S; s++) acc[i][s] += xv * wv[s];                              \
             }                                                                                     \
         }                                                                                         \
-        for (int i = 0; i < MB; i++)                                                              \
+        for (int i = 0; i < MB && i < m; i++)                                                     \
             for (int s = 0; s < S; s += 4)                                                        \
-                hsum4(acc[i][s], acc[i][s + 1], acc[i][s + 2], acc[i][s + 3], &out[i][s]);        \
+                hsum4(acc[i][s], acc[i][s + 1], acc[i][s + 2], acc[i][s + 3], out + i * ldo + s); \
         if (k < K)                                                                                \
-            for (int i = 0; i < MB; i++)                                                          \
+            for (int i = 0; i < MB && i < m; i++)                                                 \
                 for (int s = 0; s < S; s++) {                                                     \
                     float t = 0.0f;                                                               \
                     for (int kk = k; kk < K; kk++) t += x[i][kk] * w[s][kk];                      \
-                    out[i][s] += t;                                                               \
+                    out[i * ldo + s] += t;                                                        \
                 }                                                                                 \
     }
 
@@ -179,31 +180,43 @@ static inline void put(float *c, float s, float alpha, float beta) {
     *c = beta == 0.0f ? alpha * s : alpha * s + beta * *c;
 }
 
-/* dot_cols buffers the outputs of DOT_CH columns for DOT_MROWS rows of op(A) (32 KB of stack) */
-enum { DOT_CH = 512, DOT_MROWS = 16 };
+/* dot_cols buffers the outputs of DOT_CH columns for DOT_MROWS rows of op(A) (33 KB of stack); a
+ * row has DOT_S_MAX floats of slack, for the unused sums of a call at the end of a chunk (the
+ * kernels store all S: copying the n valid ones out through memcpy cost 4% of batch-1 generation
+ * of an implicit Mamba2 LM) */
+enum { DOT_CH = 512, DOT_MROWS = 16, DOT_YW = DOT_CH + DOT_S_MAX };
 
 /* The sums <x_i, w_c> for the n <= S weight rows c0 + s cstep into y[i][t0 + s], every row of op(A),
  * DOT_MB_MAX at a time. */
-static void dot_rows(const SmallArgs *g, int S, const float *w, size_t wstep, int n, float (*y)[DOT_CH], int t0) {
+static void dot_rows(const SmallArgs *g, int S, const float *w, size_t wstep, int n, float (*y)[DOT_YW], int t0) {
     size_t ldx = g->sai;
     for (int i = 0; i < g->M;) {
         int m = imin(g->M - i, DOT_MB_MAX);
-        float out[DOT_MB_MAX][DOT_S_MAX];
         const float *x = g->A + (size_t)i * ldx;
-        if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, wstep, n, out);
-        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, wstep, n, out);
+        float *out = &y[i][t0];
+        if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, wstep, n, out, DOT_YW);
+        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, wstep, n, out, DOT_YW);
 #if DOT_MB_MAX == 4
-        else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, wstep, n, out);
-        else if (m > 2) dot_4x4(g->K, x, ldx, m, w, wstep, n, out);
+        else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, wstep, n, out, DOT_YW);
+        else if (m > 2) dot_4x4(g->K, x, ldx, m, w, wstep, n, out, DOT_YW);
 #endif
-        else dot_2x4(g->K, x, ldx, 2, w, wstep, n, out);
-        for (int r = 0; r < m; r++) memcpy(&y[i + r][t0], out[r], sizeof(float) * (size_t)n);
+        else dot_2x4(g->K, x, ldx, 2, w, wstep, n, out, DOT_YW);
         i += m;
     }
 }
 
+/* c[j .. j + n) = alpha y[0], y[ys], ... (+ beta c), as put does, with the beta test out of the loop */
+static void put_cols(float *c, int j, const float *y, int ys, int n, const SmallArgs *g) {
+    float alpha = g->alpha, beta = g->beta;
+    c += j;
+    if (beta == 0.0f)
+        for (int r = 0; r < n; r++) c[r] = alpha * y[(size_t)r * ys];
+    else
+        for (int r = 0; r < n; r++) c[r] = alpha * y[(size_t)r * ys] + beta * c[r];
+}
+
 /* Columns [j0, j0 + n) of C, n <= DOT_CH, as S runs walked together (see dot_cols). */
-static void dot_chunk(const SmallArgs *g, int j0, int n, float (*y)[DOT_CH]) {
+static void dot_chunk(const SmallArgs *g, int j0, int n, float (*y)[DOT_YW]) {
     int S = dot_runs(g->M), L = (n + S - 1) / S;
     size_t ldw = (size_t)g->ldb, row = ldw * sizeof(float);
     const float *w = g->B + (size_t)j0 * ldw;
@@ -224,18 +237,17 @@ static void dot_chunk(const SmallArgs *g, int j0, int n, float (*y)[DOT_CH]) {
     /* y holds column (r, s) of call r at t = r S + s (the short calls of the last run shift it):
      * the column is s L + r */
     for (int i = 0; i < g->M; i++) {
-        float *c = g->C + (size_t)i * g->ldc + j0;
-        if (runs) {
+        float *c = g->C + (size_t)i * g->ldc;
+        const float *yi = y[i];
+        if (runs) { /* calls r < last hold S columns, the later ones S - 1 */
             int last = n - (S - 1) * L;
-            for (int s = 0; s < S; s++)
-                for (int r = 0; r < (s < S - 1 ? L : last); r++) {
-                    int tt = r < last ? r * S + s : last * S + (r - last) * (S - 1) + s;
-                    put(c + (size_t)s * L + r, y[i][tt], g->alpha, g->beta);
-                }
+            for (int s = 0; s < S; s++) {
+                put_cols(c, j0 + s * L, yi + s, S, last, g);
+                if (s < S - 1) put_cols(c, j0 + s * L + last, yi + (size_t)last * S + s, S - 1, L - last, g);
+            }
         } else {
-            for (int s = 0; s < S; s++)
-                for (int r = 0; r < L; r++) put(c + (size_t)s * L + r, y[i][r * S + s], g->alpha, g->beta);
-            for (int q = S * L; q < n; q++) put(c + q, y[i][q], g->alpha, g->beta);
+            for (int s = 0; s < S; s++) put_cols(c, j0 + s * L, yi + s, S, L, g);
+            put_cols(c, j0 + S * L, yi + (size_t)S * L, 1, n - S * L, g);
         }
     }
 }
@@ -247,9 +259,11 @@ static void dot_chunk(const SmallArgs *g, int j0, int n, float (*y)[DOT_CH]) {
  * are 27 x 4 KB apart). With too few rows for such runs (n < S (S - 1) or so), runs of n / S rows
  * and the n mod S rows left. The sums go to a buffer in the order they come and then to C in
  * column order: stored straight to C, the S outputs of a call fall on S cache lines and the
- * kernel ran 3-10% slower in L2. */
+ * kernel ran 3-10% slower in L2. Eight adjacent rows per call (the order before the runs), with
+ * the same buffered stores, stayed 1-8% slower than the runs even with the weights in L2 (M = 1:
+ * 1072 x 256, 288 x 288, 296 x 64, 256 x 512 on Zen 4), so no size switches between the two. */
 static void dot_cols(const SmallArgs *g, int j0, int j1) {
-    float y[DOT_MROWS][DOT_CH];
+    float y[DOT_MROWS][DOT_YW];
     for (int i = 0; i < g->M; i += DOT_MROWS) {
         SmallArgs rows = *g;
         rows.M = imin(DOT_MROWS, g->M - i);
