@@ -9,6 +9,7 @@
 #define IMPLICIT_KERNELS_CPU_SEQ_MM_H
 
 #include <stddef.h>
+#include <string.h>
 
 /* Which part of a product is needed. Only whole tiles are skipped, so entries of A that a
  * triangular mode promises to be zero must really be stored as 0. */
@@ -28,18 +29,41 @@ size_t kseq_mm_pack_floats(int K, int N);
 void kseq_mm(float *pk, int M, int N, int K, const float *A, int lda, int ta, const float *B,
              int ldb, int tb, float *C, int ldc, int tri);
 
-/* sum_i a[i] b[i] with 16 fixed partial sums: vectorisable and the same on every thread.
- * Inline: the sequence kernels call it on rows of 16..128 floats, where a call costs as much as
- * the arithmetic. */
+/* sum_i a[i] b[i] with 16 fixed partial sums: part[j] sums the i = j mod 16, then the pairwise tree
+ * part[j] += part[j + w] for w = 8, 4, 2, 1; the same on every thread. Inline: the sequence
+ * kernels call it on rows of 16..128 floats, where a call costs as much as the arithmetic. The
+ * partial sums are one 16-float GNU C vector and the tree its halves: written as a float array,
+ * gcc kept them in memory and the tree as dependent scalar loads and stores (the SSD step of
+ * batch-1 generation spent most of its time there); the sums are the same, bit for bit. */
+typedef float kseq_v16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float kseq_v8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float kseq_v4 __attribute__((vector_size(4 * sizeof(float))));
+
 static inline float kseq_dot(const float *a, const float *b, int n) {
-    float part[16] = {0};
+    kseq_v16 part = {0}, va, vb;
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) part[j] += a[i + j] * b[i + j];
-    for (; i < n; i++) part[i & 15] += a[i] * b[i];
-    for (int w = 8; w >= 1; w /= 2) /* pairwise tree: a few vector adds, not 16 dependent ones */
-        for (int j = 0; j < w; j++) part[j] += part[j + w];
-    return part[0];
+    for (; i + 16 <= n; i += 16) {
+        memcpy(&va, a + i, sizeof va);
+        memcpy(&vb, b + i, sizeof vb);
+        part += va * vb;
+    }
+    if (i < n) { /* the tail, lane i mod 16; the other lanes add 0 * -0 = -0, which leaves any
+                  * sum as it is (x + -0 = x, also for x = -0) */
+        float ta[16] = {0}, tb[16];
+        for (int j = 0; j < 16; j++) tb[j] = -0.0f;
+        memcpy(ta, a + i, sizeof(float) * (size_t)(n - i));
+        memcpy(tb, b + i, sizeof(float) * (size_t)(n - i));
+        memcpy(&va, ta, sizeof va);
+        memcpy(&vb, tb, sizeof vb);
+        part += va * vb;
+    }
+    /* halves by lane (not through memory: an address taken keeps part on the stack in the loop) */
+    kseq_v8 lo = {part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7]};
+    kseq_v8 hi = {part[8], part[9], part[10], part[11], part[12], part[13], part[14], part[15]};
+    lo += hi;
+    kseq_v4 l4 = {lo[0], lo[1], lo[2], lo[3]}, h4 = {lo[4], lo[5], lo[6], lo[7]};
+    l4 += h4;
+    return (l4[0] + l4[2]) + (l4[1] + l4[3]);
 }
 
 #endif
