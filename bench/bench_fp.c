@@ -104,6 +104,7 @@ static void run(const Case *c, int repeats) {
 }
 
 int main(int argc, char **argv) {
+    bench_threads_as_cli();
     int quick = 0, repeats = 0;
     const char *cases = "fp_h64,fp_h512,m2_64,m1_64,gdn_64,lstm_64";
     for (int i = 1; i < argc; i++) {

@@ -169,6 +169,7 @@ static void run(const Case *c, int repeats) {
 }
 
 int main(int argc, char **argv) {
+    bench_threads_as_cli();
     int quick = 0, repeats = 0;
     const char *cases = "imp_train_small,imp_train_large,imp_eval_small,imp_eval_large,imp_gen_b1,imp_gen_b32";
     for (int i = 1; i < argc; i++) {

@@ -209,6 +209,7 @@ static int listed(const char *list, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    bench_threads_as_cli();
     int quick = 0;
     const char *cases = "lm_llama,lm_mamba2,lm_imp_mamba2,lm_fp_mamba,lm_stories15m,lm_llama110m";
     for (int i = 1; i < argc; i++) {

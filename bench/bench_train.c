@@ -74,6 +74,7 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
 }
 
 int main(int argc, char **argv) {
+    bench_threads_as_cli();
     int quick = 0, repeats = 0;
     const char *cases = "train_small,train_large";
     for (int i = 1; i < argc; i++) {

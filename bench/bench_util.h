@@ -20,7 +20,16 @@
 #include <time.h>
 
 #include "../src/core/timer.h"
+#include "../src/kernels/kernels.h"
 #include "../src/models/model.h"
+
+/* ==== threads ================================================================================= */
+
+/* Runs the cases under the thread policy the CLI sets (--threads goes through k_set_threads): as
+ * many OpenMP threads as OMP_NUM_THREADS gives, OpenBLAS kept on one. Without it a linked
+ * OpenBLAS starts its own pool of OPENBLAS_NUM_THREADS threads, which spins against OpenMP's and
+ * made two-thread runs slower than one in a way no command of ours is. */
+static inline void bench_threads_as_cli(void) { k_set_threads(k_get_threads()); }
 
 /* ==== timing ================================================================================== */
 
