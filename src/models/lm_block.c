@@ -170,7 +170,7 @@ static void release(Model *m) {
 }
 
 static const LmLayerOps BLOCK_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 1, bind_all,
-                                     carve_masks, sample_masks, layer_fwd, layer_bwd, layer_step, release};
+                                     carve_masks, sample_masks, layer_fwd, layer_bwd, layer_step, release, NULL};
 
 
 const ModelType model_mamba2_lm = LM_STACK_TYPE("mamba2", MODEL_EXPLICIT, CFG_USE_SSD_HEADS, build_mamba2);

@@ -274,7 +274,7 @@ static void release(Model *m) {
 }
 
 static const LmLayerOps DELTA_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 1, bind_all,
-                                     NULL, NULL, layer_fwd, layer_bwd, layer_step, release};
+                                     NULL, NULL, layer_fwd, layer_bwd, layer_step, release, NULL};
 
 
 const ModelType model_gated_deltanet_lm = LM_STACK_TYPE("gated_deltanet", MODEL_EXPLICIT, CFG_USE_DELTA, build_gated);

@@ -101,7 +101,7 @@ static void release(Model *m) {
 }
 
 static const LmLayerOps LSTM_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 0, bind_all,
-                                    NULL, NULL, layer_fwd, layer_bwd, layer_step, release};
+                                    NULL, NULL, layer_fwd, layer_bwd, layer_step, release, NULL};
 
 
 const ModelType model_lstm_lm = LM_STACK_TYPE("lstm", MODEL_EXPLICIT, 0, build);

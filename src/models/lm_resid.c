@@ -1,11 +1,10 @@
 /* lm_resid.c: the residual-stream LM of spec fp-rnn §3.4 with pluggable mixers (lm_resid.h), and
  * its first mixer kind, Mamba-1 (spec §5.2, init §3.1/§3.4).
  *
- * The wrapper keeps, per layer, the stream r_l entering it (the norm's input), the normed
- * mixer input and the norm's rstd; the mixer's output is written straight into r_{l+1} and r_l
- * added on top. The backward walks the layers in reverse with one gradient dr of the stream:
- * the mixer's backward gives d(normed input), the norm's backward adds its part onto dr, whose
- * identity path needs nothing.
+ * An explicit stack family of lm_stack.h whose layer is y = x + Mixer_l(Norm_l(x)). The layer's
+ * cache holds the normed mixer input, the norm's rstd and the mixer's cache; the mixer writes
+ * straight into y and x is added on top. Its backward passes dy through the identity path and
+ * adds the norm's backward of the mixer's d(normed input).
  * Weight decay (spec §4.1, word problem & LM groups): none for biases, norms, A_log, D, dt bias;
  * every other tensor decays, the embedding included.
  */
@@ -18,15 +17,15 @@
 
 #include "../core/check.h"
 #include "../kernels/kernels.h"
-#include "../layers/embed.h"
 #include "../layers/mamba1.h"
 #include "../layers/blocknorm.h"
-#include "lm_common.h"
+#include "lm_stack.h"
 
 /* The mixer kinds, looked up by cfg.model. */
 static const LmMixerKind *const KINDS[] = {&lm_mixer_mamba1, &lm_mixer_fp_mamba, &lm_mixer_fp_mamba2, &lm_mixer_fp_rnn};
 
 typedef struct {
+    LmStack stack;             /* the layer-stack skeleton (lm_stack.h) */
     const LmMixerKind *kind;
     void *kcfg;                /* the kind's hyperparameters */
     char *w_off, *w, *dw;      /* (n_layer) weight structs: offsets, into θ, into dθ */
@@ -35,21 +34,9 @@ typedef struct {
     size_t *norm_b_off;        /* (n_layer) offsets of backbone.layers.<l>.norm.bias (layernorm) */
     double *layer_stat;        /* (2 n_layer) per-layer diagnostics of the kinds (LmMixCtx) */
     int bound;
-    Arena acts;
-    LmEnds ends;
-    float *r;                  /* (n_layer+1, B,T,D) stream entering each layer; r[n_layer] -> norm_f */
-    float *xn;                 /* (n_layer, B,T,D) normed mixer inputs */
-    float *rstd;               /* (n_layer, norm cache of B*T rows) */
-    size_t norm_cache;         /* floats of one layer's norm cache */
-    float *cache;              /* (n_layer, cache_per_layer) */
-    size_t cache_per_layer;
-    float *scratch;
-    float *dr, *dxn;           /* (B,T,D) */
-    Arena st;                  /* step state */
-    float *state;              /* (n_layer, state_per_layer) */
-    size_t state_per_layer;
-    float *step_scratch, *rs, *xs, *ys, *head_scratch; /* rs, xs, ys: (B,D) */
 } LmResid;
+
+static const LmLayerOps RESID_OPS;
 
 static void *wl(const LmResid *lm, char *base, int l) { return base + (size_t)l * lm->kind->w_size; }
 
@@ -60,7 +47,7 @@ static LmMixCtx ctx_of(Model *m, int l) {
 
 /* ---- build, bind, init ------------------------------------------------------------------------ */
 
-int lm_resid_build(Model *m) {
+static int build(Model *m) {
     const ModelCfg *c = &m->cfg;
     const LmMixerKind *kind = NULL;
     for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++)
@@ -68,6 +55,7 @@ int lm_resid_build(Model *m) {
     if (!kind) return err_set(IM_EINVAL, "lm_resid: no mixer kind for model '%s'", c->model);
     LmResid *lm = xcalloc(1, sizeof *lm);
     m->impl = lm;
+    lm->stack.ops = &RESID_OPS;
     lm->kind = kind;
     int rc = kind->init(&lm->kcfg, c);
     if (rc) return rc;
@@ -107,7 +95,7 @@ static void bind_all(Model *m) {
     lm->bound = 1;
 }
 
-void lm_resid_post_init(Model *m) {
+static void post_init_all(Model *m) {
     LmResid *lm = m->impl;
     bind_all(m);
     if (!lm->kind->post_init) return;
@@ -117,6 +105,7 @@ void lm_resid_post_init(Model *m) {
     }
 }
 
+/* Before a forward and after state init: the kinds' derived weights follow θ. */
 static void prepare_all(Model *m) {
     LmResid *lm = m->impl;
     if (!lm->kind->prepare) return;
@@ -126,34 +115,16 @@ static void prepare_all(Model *m) {
     }
 }
 
-/* ---- training / evaluation forward and backward --------------------------------------------- */
-
-/* A forward that a backward may follow keeps every layer's stream, normed input and cache; a
- * no_grad forward (evaluation, scoring) keeps one layer's worth, reused by every layer (two stream
- * slots in turn), since nothing is read back. model_plan re-plans when the flag changes. */
-static void carve(Model *m, Arena *a, int B, int T) {
-    LmResid *lm = m->impl;
-    size_t M = (size_t)B * T, MD = M * m->cfg.d_model;
-    int L = m->cfg.n_layer, keep = !m->no_grad;
-    size_t slots = keep ? (size_t)L : 1;
-    lm_ends_carve(&lm->ends, a, m, B, T);
-    lm->r = arena_floats(a, (keep ? (size_t)L + 1 : 2) * MD);
-    lm->xn = arena_floats(a, slots * MD);
-    lm->norm_cache = blocknorm_cache_floats(lm->nt, (int)M);
-    lm->rstd = arena_floats(a, slots * lm->norm_cache);
-    lm->cache_per_layer = lm->kind->cache_floats(lm->kcfg, B, T);
-    lm->cache = arena_floats(a, slots * lm->cache_per_layer);
-    lm->scratch = arena_floats(a, lm->kind->scratch_floats(lm->kcfg, B, T));
-    lm->dr = keep ? arena_floats(a, MD) : NULL;
-    lm->dxn = keep ? arena_floats(a, MD) : NULL;
+static void begin_fwd(Model *m, int B, int T) {
+    (void)B;
+    (void)T;
+    prepare_all(m);
 }
 
-int lm_resid_plan(Model *m, int B, int T) {
-    LmResid *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->acts, m, B, T, carve);
-    m->act_bytes = lm->acts.cap;
-    return rc;
+/* steps reuse the refreshed weights: re-init the state after an update */
+static void begin_steps(Model *m, int B) {
+    (void)B;
+    prepare_all(m);
 }
 
 static float *norm_w(const Model *m, float *base, int l) {
@@ -167,98 +138,88 @@ static float *norm_b(const Model *m, float *base, int l) {
     return blocknorm_has_bias(lm->nt) ? base + lm->norm_b_off[l] : NULL;
 }
 
-int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss) {
+/* ---- the layer -------------------------------------------------------------------------------- */
+/* One layer's cache: the normed mixer input (B,T,D), the norm's cache, the mixer's cache, each
+ * on whole lines. Kept even without a backward: the mixer reads its input and fills its cache. */
+typedef struct {
+    float *xn, *rstd, *mix;
+} ResidCache;
+
+static ResidCache cache_at(const Model *m, float *cache, int B, int T) {
+    const LmResid *lm = m->impl;
+    size_t MD = (size_t)B * T * m->cfg.d_model;
+    float *rstd = cache + lm_floats_up(MD);
+    return (ResidCache){cache, rstd, rstd + lm_floats_up(blocknorm_cache_floats(lm->nt, B * T))};
+}
+
+static size_t cache_floats(const Model *m, int B, int T) {
+    const LmResid *lm = m->impl;
+    size_t MD = (size_t)B * T * m->cfg.d_model;
+    return lm_floats_up(MD) + lm_floats_up(blocknorm_cache_floats(lm->nt, B * T)) +
+           lm->kind->cache_floats(lm->kcfg, B, T);
+}
+
+/* the mixer's scratch, then (for a backward) its d(normed input) (B,T,D) */
+static size_t scratch_floats(const Model *m, int B, int T) {
+    const LmResid *lm = m->impl;
+    size_t dxn = m->no_grad ? 0 : (size_t)B * T * m->cfg.d_model;
+    return lm_floats_up(lm->kind->scratch_floats(lm->kcfg, B, T)) + dxn;
+}
+
+static size_t state_floats(const Model *m, int B) {
+    const LmResid *lm = m->impl;
+    return lm->kind->state_floats(lm->kcfg, B);
+}
+
+/* the normed token (B,D), then the mixer's step scratch */
+static size_t step_scratch_floats(const Model *m, int B) {
+    const LmResid *lm = m->impl;
+    return lm_floats_up((size_t)B * m->cfg.d_model) + lm->kind->step_scratch_floats(lm->kcfg, B);
+}
+
+static int layer_fwd(Model *m, int l, float *y, const float *x, float *cache, float *scratch, int B, int T) {
+    LmResid *lm = m->impl;
+    const int D = m->cfg.d_model, M = B * T;
+    ResidCache c = cache_at(m, cache, B, T);
+    blocknorm_fwd(lm->nt, c.xn, c.rstd, x, norm_w(m, m->params, l), norm_b(m, m->params, l), M, D,
+                  (float)m->cfg.norm_eps);
+    LmMixCtx ctx = ctx_of(m, l);
+    int rc = lm->kind->fwd(&ctx, wl(lm, lm->w, l), y, c.xn, c.mix, scratch, B, T);
+    if (rc) return rc;
+    k_axpby(y, 1.f, x, 1.f, (size_t)M * D); /* r_{l+1} = r_l + Mixer(Norm(r_l)) */
+    return IM_OK;
+}
+
+static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *x, const float *cache, float *scratch,
+                      int B, int T) {
     LmResid *lm = m->impl;
     const int D = m->cfg.d_model, M = B * T;
     const size_t MD = (size_t)M * D;
-    const float eps = (float)m->cfg.norm_eps;
-    prepare_all(m);
-    lm_embed_fwd(m, &lm->ends, ids, B, T);
-    memcpy(lm->r, lm->ends.x0, MD * sizeof(float));
-    int keep = lm->dr != NULL;   /* planned without no_grad: see carve */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        size_t at = keep ? (size_t)l : 0;   /* no_grad: one slot of everything, two of the stream */
-        float *r = lm->r + (keep ? (size_t)l : (size_t)(l % 2)) * MD;
-        float *rn = lm->r + (keep ? (size_t)l + 1 : (size_t)((l + 1) % 2)) * MD, *xn = lm->xn + at * MD;
-        blocknorm_fwd(lm->nt, xn, lm->rstd + at * lm->norm_cache, r, norm_w(m, m->params, l), norm_b(m, m->params, l),
-                      M, D, eps);
-        LmMixCtx x = ctx_of(m, l);
-        int rc = lm->kind->fwd(&x, wl(lm, lm->w, l), rn, xn, lm->cache + at * lm->cache_per_layer, lm->scratch, B, T);
-        if (rc) return rc;
-        k_axpby(rn, 1.f, r, 1.f, MD); /* r_{l+1} = r_l + Mixer(Norm(r_l)) */
-    }
-    int last = keep ? m->cfg.n_layer : m->cfg.n_layer % 2;
-    return lm_head_fwd(m, &lm->ends, lm->r + (size_t)last * MD, targets, B, T, loss);
+    ResidCache c = cache_at(m, (float *)cache, B, T);
+    float *dxn = scratch + lm_floats_up(lm->kind->scratch_floats(lm->kcfg, B, T));
+    memset(dxn, 0, MD * sizeof(float));
+    LmMixCtx ctx = ctx_of(m, l);
+    lm->kind->bwd(&ctx, wl(lm, lm->w, l), wl(lm, lm->dw, l), dxn, dy, c.xn, c.mix, scratch, B, T);
+    k_axpby(dx, 1.f, dy, 1.f, MD); /* the identity path; the norm adds d(Norm_l) */
+    blocknorm_bwd(lm->nt, dx, norm_w(m, m->grads, l), norm_b(m, m->grads, l), dxn, x, norm_w(m, m->params, l),
+                  c.rstd, M, D);
 }
 
-void lm_resid_bwd(Model *m) {
+static int layer_step(Model *m, int l, float *y, const float *x, float *state, float *scratch, int B) {
     LmResid *lm = m->impl;
-    CHECK(lm->dr, "model_bwd after a no_grad forward (nothing was kept for the backward)");
-    const int B = m->B, T = m->T, L = m->cfg.n_layer, D = m->cfg.d_model, M = B * T;
-    const size_t MD = (size_t)M * D;
-    memset(lm->dr, 0, MD * sizeof(float));
-    lm_head_bwd(m, &lm->ends, lm->dr, lm->r + (size_t)L * MD, B, T);
-    for (int l = L - 1; l >= 0; l--) {
-        const float *r = lm->r + (size_t)l * MD, *xn = lm->xn + (size_t)l * MD;
-        memset(lm->dxn, 0, MD * sizeof(float));
-        LmMixCtx x = ctx_of(m, l);
-        lm->kind->bwd(&x, wl(lm, lm->w, l), wl(lm, lm->dw, l), lm->dxn, lm->dr, xn,
-                      lm->cache + (size_t)l * lm->cache_per_layer, lm->scratch, B, T);
-        /* dr already carries the identity path; the norm adds d(Norm_l) */
-        blocknorm_bwd(lm->nt, lm->dr, norm_w(m, m->grads, l), norm_b(m, m->grads, l), lm->dxn, r,
-                      norm_w(m, m->params, l), lm->rstd + (size_t)l * lm->norm_cache, M, D);
-    }
-    lm_embed_bwd(m, &lm->ends, lm->dr, B, T);
-}
-
-/* ---- token by token -------------------------------------------------------------------------- */
-
-static void carve_state(Model *m, Arena *a, int B, int T) {
-    (void)T;
-    LmResid *lm = m->impl;
-    size_t BD = (size_t)B * m->cfg.d_model;
-    lm->state_per_layer = lm->kind->state_floats(lm->kcfg, B);
-    lm->state = arena_floats(a, (size_t)m->cfg.n_layer * lm->state_per_layer);
-    lm->step_scratch = arena_floats(a, lm->kind->step_scratch_floats(lm->kcfg, B));
-    lm->rs = arena_floats(a, BD);
-    lm->xs = arena_floats(a, BD);
-    lm->ys = arena_floats(a, BD);
-    lm->head_scratch = arena_floats(a, BD + (size_t)B);
-}
-
-int lm_resid_state_init(Model *m, int B) {
-    LmResid *lm = m->impl;
-    bind_all(m);
-    int rc = lm_arena_plan(&lm->st, m, B, 1, carve_state);
+    const int D = m->cfg.d_model;
+    float *xn = scratch;
+    blocknorm_fwd(lm->nt, xn, NULL, x, norm_w(m, m->params, l), norm_b(m, m->params, l), B, D,
+                  (float)m->cfg.norm_eps);
+    LmMixCtx ctx = ctx_of(m, l);
+    int rc = lm->kind->step(&ctx, wl(lm, lm->w, l), y, xn, state, scratch + lm_floats_up((size_t)B * D), B);
     if (rc) return rc;
-    memset(lm->state, 0, (size_t)m->cfg.n_layer * lm->state_per_layer * sizeof(float));
-    prepare_all(m); /* steps reuse the refreshed weights: re-init the state after an update */
+    k_axpby(y, 1.f, x, 1.f, (size_t)B * D);
     return IM_OK;
 }
 
-int lm_resid_step(Model *m, const int *ids, float *logits) {
+static void release(Model *m) {
     LmResid *lm = m->impl;
-    const int B = m->step_B, D = m->cfg.d_model;
-    const size_t BD = (size_t)B * D;
-    embed_fwd(lm->rs, ids, model_tensor(m, m->params, EMB_NAME), B, m->V, D); /* ids validated */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        blocknorm_fwd(lm->nt, lm->xs, NULL, lm->rs, norm_w(m, m->params, l), norm_b(m, m->params, l), B, D,
-                      (float)m->cfg.norm_eps);
-        LmMixCtx x = ctx_of(m, l);
-        int rc = lm->kind->step(&x, wl(lm, lm->w, l), lm->ys, lm->xs, lm->state + (size_t)l * lm->state_per_layer,
-                                lm->step_scratch, B);
-        if (rc) return rc;
-        k_axpby(lm->rs, 1.f, lm->ys, 1.f, BD);
-    }
-    lm_head_step(m, logits, lm->rs, lm->head_scratch, B);
-    return IM_OK;
-}
-
-void lm_resid_free(Model *m) {
-    LmResid *lm = m->impl;
-    if (!lm) return;
-    arena_free(&lm->acts);
-    arena_free(&lm->st);
     if (lm->bound && lm->kind->unbind)
         for (int l = 0; l < m->cfg.n_layer; l++) {
             lm->kind->unbind(lm->kcfg, wl(lm, lm->w, l));
@@ -271,9 +232,15 @@ void lm_resid_free(Model *m) {
     free(lm->norm_off);
     free(lm->norm_b_off);
     free(lm->layer_stat);
-    free(lm);
-    m->impl = NULL;
 }
+
+/* y cannot be x: the mixer writes y while x is still to be added */
+static const LmLayerOps RESID_OPS = {cache_floats, scratch_floats, state_floats, step_scratch_floats, 0, bind_all,
+                                     NULL, begin_fwd, layer_fwd, layer_bwd, layer_step, release, begin_steps};
+
+#define LM_RESID_TYPE(name, family, uses)                                                                   \
+    {name, family, uses, build, lm_stack_plan, lm_stack_fwd, lm_stack_bwd, lm_stack_state_init, lm_stack_step, \
+     lm_stack_free_impl, post_init_all, NULL}
 
 const ModelType model_mamba1_lm = LM_RESID_TYPE("mamba1", MODEL_EXPLICIT, CFG_USE_SCAN | CFG_USE_NORM_TYPE);
 const ModelType model_fp_mamba_lm = LM_RESID_TYPE("fp_mamba", MODEL_FP_RNN, CFG_USE_SCAN | CFG_USE_NORM_TYPE);

@@ -10,6 +10,7 @@
  * "backbone.layers.<l>.norm.weight" (and ".norm.bias") and the mixer's own tensors under
  * "backbone.layers.<l>.mixer.".
  *
+ * The LM is an explicit stack family of lm_stack.h (layer y = x + Mixer_l(Norm_l(x))).
  * A mixer kind (LmMixerKind) is everything the wrapper needs to know about one layer type: its
  * hyperparameters (built once per model from the ModelCfg), its tensors, its three kinds of
  * memory (cache / scratch / state, STYLE §8.3) and its fwd / bwd / step. The wrapper owns all
@@ -20,7 +21,8 @@
  *   "fp_mamba2" FPMamba2 (layers/fp_mamba2.h, kind in lm_fp.c), spec §3.2.
  *   "fp_rnn"    the vector FP-RNN (layers/fp_rnn.h, kind in lm_fp.c), spec §3.3.
  * Adding a kind: write an LmMixerKind (ideally in its own file, declared here),
- * add it to KINDS in lm_resid.c, define its ModelType with LM_RESID_TYPE there and list that in
+ * add it to KINDS in lm_resid.c, define its ModelType with LM_RESID_TYPE("<name>", <ModelFamily>,
+ * <CFG_USE_* key groups>) there (the kind is looked up by cfg.model at build) and list that in
  * model.c's registry.
  */
 #ifndef IMPLICIT_LM_RESID_H
@@ -83,20 +85,5 @@ typedef struct {
 } LmMixerKind;
 
 extern const LmMixerKind lm_mixer_mamba1, lm_mixer_fp_mamba, lm_mixer_fp_mamba2, lm_mixer_fp_rnn;
-
-/* The ModelType functions shared by every kind (lm_resid.c); a family's ModelType is
- * LM_RESID_TYPE("<name>", <ModelFamily>, <CFG_USE_* key groups>), the kind being looked up by
- * cfg.model in build. */
-int lm_resid_build(Model *m);
-int lm_resid_plan(Model *m, int B, int T);
-int lm_resid_fwd(Model *m, const int *ids, const int *targets, int B, int T, float *loss);
-void lm_resid_bwd(Model *m);
-int lm_resid_state_init(Model *m, int B);
-int lm_resid_step(Model *m, const int *ids, float *logits);
-void lm_resid_free(Model *m);
-void lm_resid_post_init(Model *m);
-#define LM_RESID_TYPE(name, family, uses)                                                          \
-    {name, family, uses, lm_resid_build, lm_resid_plan, lm_resid_fwd, lm_resid_bwd, lm_resid_state_init,    \
-     lm_resid_step, lm_resid_free, lm_resid_post_init, NULL}
 
 #endif

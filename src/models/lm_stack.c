@@ -124,7 +124,9 @@ int lm_stack_state_init(Model *m, int B) {
     LmStack *s = stack_of(m);
     if (s->ops->bind) s->ops->bind(m);
     s->carve_state = carve_stream;
-    return lm_stack_plan_state(m, B, s->ops->state_floats(m, B), s->ops->step_scratch_floats(m, B));
+    int rc = lm_stack_plan_state(m, B, s->ops->state_floats(m, B), s->ops->step_scratch_floats(m, B));
+    if (!rc && s->ops->begin_steps) s->ops->begin_steps(m, B);
+    return rc;
 }
 
 int lm_stack_step(Model *m, const int *ids, float *logits) {

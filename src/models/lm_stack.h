@@ -1,6 +1,6 @@
 /* lm_stack.h: the skeleton of the layer-stack language models, so that a family file holds only
- * its layer (lm_block.c, lm_lstm.c, lm_delta.c) or its solve (implicit_lm.c). Internal to
- * src/models/.
+ * its layer (lm_block.c, lm_lstm.c, lm_delta.c, and lm_resid.c's residual layer around its mixer
+ * kinds) or its solve (implicit_lm.c). Internal to src/models/.
  *
  *   x_0 = Emb(ids)                  (embedding dropout, lm_common.h)
  *   x_{l+1} = Layer_l(x_l)          l = 0 .. n_layer-1, the family's LmLayerOps
@@ -48,6 +48,7 @@ typedef struct {
     /* One token y:(B,D) = Layer_l(x:(B,D)) at position m->pos; commits the new state in place. */
     int (*step)(Model *m, int l, float *y, const float *x, float *state, float *scratch, int B);
     void (*release)(Model *m);   /* free what build allocated inside m->impl (not m->impl) | NULL */
+    void (*begin_steps)(Model *m, int B);   /* after state init zeroed the state, before the steps | NULL */
 } LmLayerOps;
 
 typedef struct {
