@@ -11,13 +11,20 @@
 #include "../layers/mixer.h"
 #include "../io/keyjson.h"
 #include "../layers/blocknorm.h"
+#include "model_list.h"
 
 #define KEY_STRUCT ModelCfg
 static const KeyInfo MODEL_KEYS[] = {MODEL_CFG_KEYS(KEY_INFO)};
 static const KeyBound MODEL_BOUNDS[] = {MODEL_CFG_BOUNDS(KEY_BOUND)};
 #undef KEY_STRUCT
-/* Keys whose values are a layer's list of kinds: --help prints the list from its table. */
+/* "mamba2 | llama | ...", from MODEL_LIST (skip the first separator) */
+#define MODEL_NAME_STR(name, sym) " | " #name
+static const char MODEL_NAMES_STR[] = MODEL_LIST(MODEL_NAME_STR);
+#undef MODEL_NAME_STR
+
+/* Keys whose values are a list of kinds: --help prints the list from its table. */
 static const char *model_key_choices(const char *key) {
+    if (!strcmp(key, "model")) return MODEL_NAMES_STR + 3;
     if (!strcmp(key, "mixer_type")) return mixer_type_names();
     if (!strcmp(key, "mixer_ac")) return mixer_ac_names();
     if (!strcmp(key, "f_solver") || !strcmp(key, "b_solver")) return fp_solver_names(FP_USE_SOLVE);

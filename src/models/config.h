@@ -15,8 +15,7 @@
 
 /* X(type, name, default, help) with type INT | FLOAT | STR (see core/keytab.h) */
 #define MODEL_CFG_KEYS(X)                                                                          \
-    X(STR, model, "mamba2", "model: mamba2 | llama | lstm | implicit_mamba2 | implicit_llama | mamba1 | " \
-                            "fp_mamba | fp_mamba2 | fp_rnn | deltanet | gated_deltanet")                               \
+    X(STR, model, "mamba2", "model family")                                                      \
     X(INT, vocab_size, 256, "vocabulary size V (tokens are 0..V-1)")                               \
     X(INT, pad_vocab_multiple, 0, "round the embedding rows up to a multiple of this (0 = off)")   \
     X(INT, d_model, 64, "model width D")                                                           \

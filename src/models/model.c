@@ -1,5 +1,6 @@
 /* model.c: generic model lifecycle and the registry of model families. */
 #include "model.h"
+#include "model_list.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +14,14 @@
  * floats = 69 GB per copy, and training keeps four (weights, gradients, two AdamW moments). */
 #define MODEL_MAX_PARAMS ((size_t)1 << 34)
 
-extern const ModelType model_mamba2_lm, model_llama_lm, model_lstm_lm, model_implicit_mamba2, model_implicit_llama;
-extern const ModelType model_mamba1_lm, model_fp_mamba_lm, model_fp_mamba2_lm, model_fp_rnn_lm;
-extern const ModelType model_deltanet_lm, model_gated_deltanet_lm;
+#define MODEL_EXTERN(name, sym) extern const ModelType sym;
+MODEL_LIST(MODEL_EXTERN)
+#undef MODEL_EXTERN
 
-/* The registry: one entry per family, in the order `implicit --help` lists them. */
-static const ModelType *const MODELS[] = {&model_mamba2_lm, &model_llama_lm, &model_lstm_lm, &model_implicit_mamba2,
-                                           &model_implicit_llama, &model_mamba1_lm, &model_fp_mamba_lm,
-                                           &model_fp_mamba2_lm, &model_fp_rnn_lm, &model_deltanet_lm, &model_gated_deltanet_lm};
+/* The registry: one entry per row of MODEL_LIST, in its order. */
+#define MODEL_ENTRY(name, sym) &sym,
+static const ModelType *const MODELS[] = {MODEL_LIST(MODEL_ENTRY)};
+#undef MODEL_ENTRY
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 const ModelType *model_type_find(const char *name) {
