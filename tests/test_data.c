@@ -445,6 +445,71 @@ static void test_shift(void) {
     task_free(t1);
 }
 
+/* len_curriculum: the step -> length map, rows of the curriculum's length (a word row is the prefix
+ * of the full-length row of the same step and row; ios lengths stay within 2..L), the description,
+ * and every malformed or impossible schedule refused with the key named. */
+static void test_len_curriculum(void) {
+    Task *t = make_task((const char *[]){"train_len", "32", "p", "0.5", "seed", "3", "len_curriculum", " 8:10, 16:25 ", NULL});
+    Task *full = make_task((const char *[]){"train_len", "32", "p", "0.5", "seed", "3", NULL});
+    static const int at[][2] = {{0, 8}, {9, 8}, {10, 16}, {24, 16}, {25, 32}, {1000, 32}};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        TH_CHECK(task_train_len_at(t, (uint64_t)at[i][0]) == at[i][1] && task_train_seq_len_at(t, (uint64_t)at[i][0]) == at[i][1],
+                 "step %d: length %d, want %d", at[i][0], task_train_len_at(t, (uint64_t)at[i][0]), at[i][1]);
+    TH_CHECK(task_train_seq_len(t) == 32 && task_train_len_at(full, 0) == 32, "the longest T is train_len's");
+    enum { B = 5 };
+    int a[B * 32], at_[B * 32], f[B * 32], ft[B * 32], bad = 0;
+    static const int steps[] = {4, 12, 30};
+    for (int si = 0; si < 3; si++) {
+        int L = task_train_len_at(t, (uint64_t)steps[si]);
+        task_train_batch(t, (uint64_t)steps[si], 0, B, a, at_);
+        task_train_batch(full, (uint64_t)steps[si], 0, B, f, ft);
+        for (int b = 0; b < B; b++)
+            bad += memcmp(a + b * L, f + b * 32, sizeof(int) * (size_t)L) || memcmp(at_ + b * L, ft + b * 32, sizeof(int) * (size_t)L);
+    }
+    TH_CHECK(!bad, "word curriculum rows: %d of %d rows are not the prefix of the full-length row", bad, 3 * B);
+    char d[256];
+    task_describe(t, d, sizeof d);
+    TH_CHECK(strstr(d, "length 32 (curriculum: length 8 before step 10, 16 before step 25)"), "describe: %s", d);
+    task_free(t);
+    task_free(full);
+    /* ios: T = L + 1 in the phase, lengths 2..L */
+    t = make_task((const char *[]){"task", "ios", "group", "S3", "train_len", "12", "len_curriculum", "4:5", NULL});
+    TH_CHECK(task_train_seq_len_at(t, 0) == 5 && task_train_seq_len_at(t, 5) == 13, "ios T per phase: %d, %d",
+             task_train_seq_len_at(t, 0), task_train_seq_len_at(t, 5));
+    enum { R = 64 };
+    int ids[R * 5], tg[R * 5], kmin = 99, kmax = 0, PAD = task_special(t, TASK_PAD);
+    task_train_batch(t, 2, 0, R, ids, tg);
+    for (int b = 0; b < R; b++) {
+        int k = 0;
+        while (k + 1 < 5 && ids[b * 5 + k + 1] != PAD) k++;
+        kmin = k < kmin ? k : kmin, kmax = k > kmax ? k : kmax;
+    }
+    TH_CHECK(kmin == 2 && kmax == 4, "ios curriculum phase lengths 2..4, got %d..%d", kmin, kmax);
+    task_free(t);
+    static const struct { const char *task, *value, *part; } bad_cfg[] = {
+        {"word", "16:10,8:20", "lengths must increase"}, {"word", "8:20,16:10", "steps must increase"},
+        {"word", "8:0", "steps must increase"},          {"word", "64:10", "train_len - 1 = 63"},
+        {"word", "0:10", "not in 1.."},                  {"word", "8", "LENGTH:STEP"},
+        {"word", "8:", "LENGTH:STEP"},                   {"word", "8:10,", "LENGTH:STEP"},
+        {"word", "8:10;16:20", "LENGTH:STEP"},           {"ios", "1:10", "not in 2.."},
+        {"copy", "8:10", "applies to word and ios"},     {"parity", "8:10", "applies to word and ios"},
+    };
+    for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++) {
+        TaskCfg c;
+        task_cfg_defaults(&c);
+        task_cfg_set(&c, "task", bad_cfg[i].task);
+        task_cfg_set(&c, "len_curriculum", bad_cfg[i].value);
+        int rc = task_cfg_validate(&c);
+        TH_CHECK(rc == IM_EINVAL && strstr(err_msg(), "'len_curriculum'") && strstr(err_msg(), bad_cfg[i].part),
+                 "%s len_curriculum '%s': rc %d, '%s'", bad_cfg[i].task, bad_cfg[i].value, rc, err_msg());
+    }
+    TaskCfg c;
+    task_cfg_defaults(&c);
+    task_cfg_set(&c, "shift", "1");
+    task_cfg_set(&c, "len_curriculum", "1:10");
+    TH_CHECK(task_cfg_validate(&c) == IM_EINVAL && strstr(err_msg(), "not in 2.."), "shift needs phases of length 2: %s", err_msg());
+}
+
 static void test_config(void) {
     TaskCfg c;
     task_cfg_defaults(&c);
@@ -637,6 +702,7 @@ int main(void) {
     test_determinism();
     test_p_extremes();
     test_shift();
+    test_len_curriculum();
     test_config();
     test_eval_lists();
     test_score();

@@ -19,6 +19,7 @@
 #include "th.h"
 
 static char root[64];
+static const char *len_curriculum = "";   /* the task key configs() sets (curriculum runs) */
 
 static void configs(ModelCfg *m, TaskCfg *t, TrainCfg *r, const char *family, const char *out, int steps) {
     cfg_defaults(m);
@@ -34,6 +35,7 @@ static void configs(ModelCfg *m, TaskCfg *t, TrainCfg *r, const char *family, co
     keytab_set(&task_keytab, t, "train_len", "8");
     keytab_set(&task_keytab, t, "eval_lens", "8");
     keytab_set(&task_keytab, t, "eval_samples", "16");
+    keytab_set(&task_keytab, t, "len_curriculum", len_curriculum);
     Task *tk;
     task_create(&tk, t);
     m->vocab_size = task_vocab(tk);
@@ -56,8 +58,9 @@ static void bit_exact_resume(const char *family) {
     Trainer a, b;
     enum { N = 20 };
     char full[64], half[64];   /* one pair of run folders per family: a folder holds one run */
-    snprintf(full, sizeof full, "full-%s", family);
-    snprintf(half, sizeof half, "half-%s", family);
+    const char *tag = *len_curriculum ? "cur-" : "";
+    snprintf(full, sizeof full, "full-%s%s", tag, family);
+    snprintf(half, sizeof half, "half-%s%s", tag, family);
     configs(&m, &t, &r, family, full, N);
     TH_CHECK(trainer_init(&a, &m, &t, &r) == 0, "%s init: %s", family, err_msg());
     TH_CHECK(trainer_run(&a, 0) == 0, "%s run: %s", family, err_msg());
@@ -81,6 +84,30 @@ static void bit_exact_resume(const char *family) {
 }
 
 /* Gradient accumulation: 2 micro-batches of 4 rows = 1 batch of 8 rows (same rows by design). */
+/* len_curriculum through the trainer: rows of 4, then 6, then 8 positions; a resume inside the
+ * second phase is bit-exact (rows are functions of the step), the log says each step's length, and
+ * the implicit LMs take the changing T as the explicit ones do. */
+static void curriculum_runs(void) {
+    len_curriculum = "4:7,6:14";
+    bit_exact_resume("mamba2");
+    bit_exact_resume("implicit_mamba2");
+    char path[128], line[4096];
+    snprintf(path, sizeof path, "%s/full-cur-implicit_mamba2/log.jsonl", root);
+    FILE *f = fopen(path, "r");
+    int n = 0, bad = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *st = strstr(line, "\"type\":\"train\",\"step\":");
+        if (!st) continue;
+        int step = atoi(st + 22), want = step <= 7 ? 4 : step <= 14 ? 6 : 8;   /* the step logged is 1-based */
+        const char *tl = strstr(line, "\"train_len\":");
+        bad += !tl || atoi(tl + 12) != want;
+        n++;
+    }
+    if (f) fclose(f);
+    TH_CHECK(n == 4 && !bad, "train records with the step's train_len: %d records, %d wrong", n, bad);
+    len_curriculum = "";
+}
+
 static void grad_accum(void) {
     ModelCfg m;
     TaskCfg t;
@@ -503,6 +530,7 @@ int main(void) {
     bit_exact_resume("mamba2");
     bit_exact_resume("llama");
     bit_exact_resume("lstm");
+    curriculum_runs();
     grad_accum();
     nan_stop();
     divergence_rule();

@@ -109,6 +109,42 @@ static int parse_ps(const char *s, float *ps, int *n) {
 
 #define BAD(...) return err_set(IM_EINVAL, __VA_ARGS__)
 
+/* len_curriculum "L1:S1,L2:S2,..": lengths min_len <= L1 < L2 < .. < train_len, steps 0 < S1 < S2 < ..
+ * (spaces allowed around items). lens / steps may be NULL (validation only). */
+static int parse_curriculum(const char *s, int min_len, int train_len, int *lens, int *steps, int *n) {
+    *n = 0;
+    const char *at = s;
+    long prev_len = 0, prev_step = 0;
+    while (*at == ' ') at++;
+    if (!*at) return IM_OK;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long L = strtol(at, &end, 10), S;
+        if (errno || end == at || *end != ':') goto syntax;
+        at = end + 1;
+        S = strtol(at, &end, 10);
+        if (errno || end == at) goto syntax;
+        while (*end == ' ') end++;
+        if (*end && *end != ',') goto syntax;
+        if (*n == TASK_MAX_EVAL) BAD("task key 'len_curriculum': more than %d entries", TASK_MAX_EVAL);
+        if (L < min_len || L >= train_len)
+            BAD("task key 'len_curriculum': length %ld is not in %d..train_len - 1 = %d (the last phase trains at "
+                "train_len)", L, min_len, train_len - 1);
+        if (L <= prev_len) BAD("task key 'len_curriculum': length %ld after %ld; lengths must increase", L, prev_len);
+        if (S <= prev_step || S > 100000000)
+            BAD("task key 'len_curriculum': step %ld after %ld; steps must increase from 1 (at most 1e8)", S, prev_step);
+        if (lens) lens[*n] = (int)L, steps[*n] = (int)S;
+        (*n)++;
+        prev_len = L, prev_step = S;
+        if (!*end) return IM_OK;
+        at = end + 1;
+        while (*at == ' ') at++;
+    }
+syntax:
+    BAD("task key 'len_curriculum': '%s' is not a list of LENGTH:STEP entries like '16:2000,32:4000'", s);
+}
+
 /* ---------------------------------------------------------------- the families */
 
 /* One row per TaskKind, in the order of the `task` key's help; each row is in its family's file. */
@@ -173,6 +209,11 @@ static int validate_with(const TaskCfg *c, const TaskOps *ops, int kind) {
         BAD("task key 'train_len': %d out of range %d..%d%s", c->train_len, min_len, TASK_MAX_LEN, hint);
     if ((rc = parse_lens(c->eval_lens, ops->formal, NULL, &n))) return rc;
     if ((rc = parse_ps(c->eval_ps, NULL, &n))) return rc;
+    if (c->len_curriculum[strspn(c->len_curriculum, " ")] && !ops->len_curriculum)
+        BAD("task key 'len_curriculum': %s trains at one length; the key applies to word and ios", ops->name);
+    /* the shifted loss needs two positions in every phase */
+    int cur_min = c->shift && min_len < 2 ? 2 : min_len;
+    if ((rc = parse_curriculum(c->len_curriculum, cur_min, c->train_len, NULL, NULL, &n))) return rc;
     return ops->check ? ops->check(c, ops, kind) : IM_OK;
 }
 
@@ -230,6 +271,7 @@ int task_create_ops(Task **out, const TaskOps *ops, int kind, const TaskCfg *c) 
     CHECK(!parse_lens(c->eval_lens, ops->formal, lens, &n_l) && !parse_ps(c->eval_ps, ps, &n_p), "%s", err_msg());
     if (n_l) { memcpy(t->lens, lens, sizeof(int) * (size_t)n_l); t->n_lens = n_l; }
     if (n_p && ops->uses_p) { memcpy(t->ps, ps, sizeof(float) * (size_t)n_p); t->n_ps = n_p; }
+    CHECK(!parse_curriculum(c->len_curriculum, 1, c->train_len, t->cur_len, t->cur_step, &t->n_cur), "%s", err_msg());
     if (ops->finish && (rc = ops->finish(t))) { task_free(t); return rc; }
     *out = t;
     return IM_OK;
@@ -259,6 +301,17 @@ int task_vocab(const Task *t) { return t->V; }
 int task_seq_len(const Task *t, int len) { return t->ops->seq_len(t, len); }
 int task_train_seq_len(const Task *t) { return t->ops->train_seq_len(t); }
 
+int task_train_len_at(const Task *t, uint64_t step) {
+    for (int i = 0; i < t->n_cur; i++)
+        if (step < (uint64_t)t->cur_step[i]) return t->cur_len[i];
+    return t->cfg.train_len;
+}
+
+int task_train_seq_len_at(const Task *t, uint64_t step) {
+    int L = task_train_len_at(t, step);
+    return L == t->cfg.train_len ? task_train_seq_len(t) : t->ops->seq_len(t, L);
+}
+
 int task_special(const Task *t, int which) {
     CHECK(which >= 0 && which < TASK_N_SPECIAL, "no special token %d", which);
     return t->ios ? t->G.order + which : -1;
@@ -280,7 +333,14 @@ const char *task_name_len_metric(const char *name) {
     return kind >= 0 ? TASKS[kind]->metric : "seq_acc";
 }
 
-int task_describe(const Task *t, char *buf, size_t cap) { return t->ops->describe(t, buf, cap); }
+int task_describe(const Task *t, char *buf, size_t cap) {
+    int n = t->ops->describe(t, buf, cap);
+    for (int i = 0; i < t->n_cur && n >= 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%d before step %d", i ? ", " : " (curriculum: length ", t->cur_len[i],
+                      t->cur_step[i]);
+    if (t->n_cur && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, ")");
+    return n;
+}
 
 int task_eval_lens(const Task *t, const int **out) {
     *out = t->lens;
@@ -301,7 +361,7 @@ void task_row_rng(Rng *r, const Task *t, uint64_t stream, uint64_t a, uint64_t b
 
 void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, int *targets) {
     CHECK(B >= 0 && row0 >= 0, "bad batch rows %d + %d", row0, B);
-    int Tm = task_train_seq_len(t);
+    int Tm = task_train_seq_len_at(t, step);
     for (int b = 0; b < B; b++) {
         Rng r;
         task_row_rng(&r, t, STREAM_TRAIN, step, (uint64_t)(row0 + b));

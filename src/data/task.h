@@ -65,6 +65,8 @@ enum { TASK_PAD = 0, TASK_BOS = 1, TASK_UNK = 2, TASK_EOS = 3, TASK_SEP = 4, TAS
     X(STR, monoid, "aperiodic", "word task: monoid M = aperiodic {E,A,B,X} | trivial (vocab |G|)")        \
     X(FLOAT, p, 0.9, "word task: probability that a token's group part is the identity")                 \
     X(INT, train_len, 64, "word: training length T; ios: max length k (trains on lengths 2..k mixed)")   \
+    X(STR, len_curriculum, "", "word, ios: shorter training lengths first, 'L1:S1,L2:S2,..' = train_len L1 "   \
+                               "before step S1, L2 before S2, .., then train_len (lengths and steps increasing)") \
     X(INT, seed, 0, "data seed; training and evaluation are separate streams derived from it")           \
     X(STR, eval_lens, "", "comma-separated eval lengths (formal tasks: 'val' = the val_min..val_max mix); \"\" = " \
                           "word: T,2T,4T; ios: 2 and steps of k/4 up to 4k; copy: L_max/2 .. 2 L_max; "           \
@@ -142,7 +144,11 @@ int task_vocab(const Task *t);             /* word: |G|*|M|; ios: |G| + 7; copy:
 /* Model sequence length T for an eval length (ios: len + 1; copy: max(C, 2 len + 3) - 1 or, with
  * eval_pad tight, 2 len + 2; formal: max(C, L) - 1 or L - 1; catbabi, lm: len). */
 int task_seq_len(const Task *t, int len);
-int task_train_seq_len(const Task *t);     /* the T of task_train_batch (copy, formal: C - 1; catbabi, lm: C) */
+int task_train_seq_len(const Task *t);     /* the longest T of task_train_batch (copy, formal: C - 1; catbabi, lm: C) */
+/* The training length (train_len, or the len_curriculum entry) of optimizer step `step`, and its
+ * model positions: the T of that step's task_train_batch (<= task_train_seq_len). */
+int task_train_len_at(const Task *t, uint64_t step);
+int task_train_seq_len_at(const Task *t, uint64_t step);
 int task_special(const Task *t, int which);/* ios token id of TASK_PAD, TASK_BOS, ...; -1 for the others */
 /* Chance accuracy of the answer for tasks that report scaled accuracy (acc - chance) / (1 - chance):
  * 1/modulus for the formal tasks (1/2 parity, even_pairs); 0 for the others. */
@@ -154,8 +160,9 @@ void task_eval_len_range(const Task *t, int len, int *lo, int *hi);
 long long task_eval_count(const Task *t, int len);
 
 /* Training rows row0..row0+B-1 of optimizer step `step` (row0 lets micro-batches of one step be
- * generated separately and still equal the whole batch). ids, targets: (B, task_train_seq_len)
- * with TASK_IGNORE where not scored. */
+ * generated separately and still equal the whole batch). ids, targets: (B, task_train_seq_len_at(step))
+ * with TASK_IGNORE where not scored. A word row of a curriculum length L is the prefix of length L
+ * of the row the same (step, row) has at train_len. */
 void task_train_batch(const Task *t, uint64_t step, int row0, int B, int *ids, int *targets);
 /* Evaluation samples index0..index0+B-1 (a stream separate from training) at task length len
  * 1..2^20 (TASK_LEN_VAL for the formal tasks' val mix; catbabi, lm: the window length, windows of

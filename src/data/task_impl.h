@@ -24,6 +24,7 @@ typedef struct TaskOps {
     int uses_p;             /* evaluated at the eval_ps values (word), else at p = -1 */
     int formal;             /* answer-only formal task: eval length 'val', chance 1/modulus */
     int min_train_len;      /* smallest train_len (0 = 1) */
+    int len_curriculum;     /* the len_curriculum key applies: train_row's T follows seq_len(train length) */
     const char *metric;     /* the length metric: "seq_acc" | "tok_acc" | "loss" */
     /* defaults of the "0 = task default" keys min_len, max_len, context, modulus */
     int def_min_len, def_max_len, def_context, def_modulus;
@@ -34,6 +35,7 @@ typedef struct TaskOps {
     void (*default_evals)(Task *t);         /* t->lens (t->ps is {-1} unless set here) */
     int (*seq_len)(const Task *t, int len); /* model positions of an eval row at length len */
     int (*train_seq_len)(const Task *t);    /* model positions of a training row */
+    /* T: the step's model positions (task_train_seq_len, or seq_len of the curriculum's length) */
     void (*train_row)(const Task *t, Rng *r, int T, int *ids, int *tg);
     /* index: the row's number in the evaluation stream (windowed tasks read it, not r) */
     void (*eval_row)(const Task *t, Rng *r, int len, float p, int64_t index, int T, int *ids, int *tg);
@@ -78,6 +80,8 @@ struct Task {
     int n_lens, n_ps;
     int lens[TASK_MAX_EVAL];      /* (n_lens) eval task lengths; TASK_LEN_VAL = the val range */
     float ps[TASK_MAX_EVAL];      /* (n_ps) eval p values ({-1} for every task but word) */
+    int n_cur;                    /* len_curriculum entries: length cur_len[i] before step cur_step[i] */
+    int cur_len[TASK_MAX_EVAL], cur_step[TASK_MAX_EVAL];
 };
 
 /* The generator of one row: a pure function of (seed, stream, a, b). */

@@ -69,8 +69,7 @@ static void word_evals(Task *t) {
 static int word_train_len(const Task *t) { return t->cfg.train_len; }
 
 static void word_train_row(const Task *t, Rng *r, int T, int *ids, int *tg) {
-    int k = t->cfg.train_len;
-    (void)T;
+    int k = T;   /* train_len, or the curriculum's length */
     gen_word(t, r, t->p, k, ids, tg);
     if (t->cfg.shift) {
         /* the HF causal-LM loss pairs logits_t with labels_{t+1} (spec §12-B2) */
@@ -98,7 +97,7 @@ static int word_token_str(const Task *t, int id, char *buf, size_t cap) {
 
 const TaskOps task_word_ops = {
     .name = "word", .help = "word = G x M word problem with p (implicit-lm 8)", .uses_group = 1, .uses_monoid = 1,
-    .uses_p = 1, .metric = "seq_acc", .def_min_len = 3, .def_max_len = 40, .def_context = 256, .def_modulus = 2,
+    .uses_p = 1, .len_curriculum = 1, .metric = "seq_acc", .def_min_len = 3, .def_max_len = 40, .def_context = 256, .def_modulus = 2,
     .check = word_check, .create = word_create, .default_evals = word_evals, .seq_len = task_len_as_is,
     .train_seq_len = word_train_len, .train_row = word_train_row, .eval_row = word_eval_row,
     .describe = word_describe, .token_str = word_token_str,
@@ -122,7 +121,7 @@ static int ios_seq_len(const Task *t, int len) { (void)t; return len + 1; }
 static int ios_train_len(const Task *t) { return t->cfg.train_len + 1; }
 
 static void ios_train_row(const Task *t, Rng *r, int T, int *ids, int *tg) {
-    int len = 2 + (int)rng_below(r, (uint32_t)(t->cfg.train_len - 1)); /* k ~ U{2..train_len} */
+    int len = 2 + (int)rng_below(r, (uint32_t)(T - 2)); /* k ~ U{2..T-1}: T - 1 = train_len or the curriculum's */
     int pad_target = t->cfg.pad_loss ? t->G.order + TASK_PAD : TASK_IGNORE;
     gen_ios(t, r, len, T, pad_target, ids, tg);
 }
@@ -143,7 +142,7 @@ static int ios_token_str(const Task *t, int id, char *buf, size_t cap) {
 }
 
 const TaskOps task_ios_ops = {
-    .name = "ios", .help = "ios = Illusion-of-State format (fp-rnn 6.1)", .uses_group = 1, .min_train_len = 2,
+    .name = "ios", .help = "ios = Illusion-of-State format (fp-rnn 6.1)", .uses_group = 1, .min_train_len = 2, .len_curriculum = 1,
     .metric = "seq_acc", .def_min_len = 3, .def_max_len = 40, .def_context = 256, .def_modulus = 2,
     .create = ios_create, .default_evals = ios_evals, .seq_len = ios_seq_len, .train_seq_len = ios_train_len,
     .train_row = ios_train_row, .eval_row = ios_eval_row, .describe = ios_describe, .token_str = ios_token_str,

@@ -535,6 +535,9 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
     json_buf_key(&b, "lr"); json_buf_num(&b, lr);
     json_buf_key(&b, "tok_s"); json_buf_num(&b, tok_s);
     json_buf_key(&b, "elapsed"); json_buf_num(&b, elapsed);
+    if (strcmp(task_cfg(t->task)->len_curriculum, "")) {   /* the length of the step just taken */
+        json_buf_key(&b, "train_len"); json_buf_int(&b, task_train_len_at(t->task, (uint64_t)(t->step - 1)));
+    }
     if (t->model.fp_phase) {
         json_buf_key(&b, "phase"); json_buf_str(&b, t->model.fp_phase);
         json_buf_key(&b, "fp_iters"); json_buf_num(&b, t->model.fp_iters);
@@ -562,7 +565,7 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
 
 /* One optimizer step over grad_accum micro-batches. Returns the mean loss (NaN propagates). */
 static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
-    int B = t->cfg.batch, T = task_train_seq_len(t->task), A = t->cfg.grad_accum;
+    int B = t->cfg.batch, T = task_train_seq_len_at(t->task, (uint64_t)t->step), A = t->cfg.grad_accum;
     double loss_sum = 0;
     model_zero_grad(&t->model);
     t->model.training = 1;
@@ -596,7 +599,7 @@ static double train_step(Trainer *t, int *ids, int *tg, TaskScore *s, int *rc) {
  * statistically, not bitwise, equal to one process. */
 static double train_step_dist(Trainer *t, int *ids, int *tg, float *acc, TaskScore *s, int *rc) {
     Model *m = &t->model;
-    int P = dist_size(), B = t->cfg.batch / P, T = task_train_seq_len(t->task), A = t->cfg.grad_accum;
+    int P = dist_size(), B = t->cfg.batch / P, T = task_train_seq_len_at(t->task, (uint64_t)t->step), A = t->cfg.grad_accum;
     size_t BT = (size_t)B * T, n = m->tab.total;
     double *cnt = xcalloc((size_t)2 * A, sizeof(double)), red[8] = {0};   /* cnt: (2, A) own, global */
     for (int a = 0; a < A; a++) {
@@ -689,7 +692,7 @@ static void write_report(Trainer *t, Progress *pg) {
 }
 
 int trainer_run(Trainer *t, int stop_at) {
-    int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK, P = dist_size();
+    int B = t->cfg.batch, T = task_train_seq_len(t->task), rc = IM_OK, P = dist_size(), len_prev = 0;
     /* a data-parallel rank generates all grad_accum shards of a step first (their target counts
      * weight the gradients) */
     size_t rows = P > 1 ? (size_t)t->cfg.grad_accum * (size_t)(B / P) : (size_t)B;
@@ -704,6 +707,13 @@ int trainer_run(Trainer *t, int stop_at) {
     char msg[512];
     while (t->step < t->cfg.steps && (stop_at <= 0 || t->step < stop_at)) {
         TaskScore s = {0};
+        int len = task_train_len_at(t->task, (uint64_t)t->step), T_step = task_train_seq_len_at(t->task, (uint64_t)t->step);
+        if (len_prev && len != len_prev) {   /* len_curriculum: rows of the next length from this step on */
+            snprintf(msg, sizeof msg, "step %d: training length switches from %d to %d", t->step + 1, len_prev, len);
+            progress_note(&pg, msg);
+            diverge_reset(&t->diverge);   /* losses over longer rows are not comparable with the shorter ones' */
+        }
+        len_prev = len;
         double loss = P > 1 ? train_step_dist(t, ids, tg, gacc, &s, &rc) : train_step(t, ids, tg, &s, &rc);
         if (rc) break;
         float lr = sched_lr(kind, t->step, t->cfg.steps, t->cfg.warmup, (float)t->cfg.lr, (float)t->cfg.min_lr);
@@ -743,7 +753,7 @@ int trainer_run(Trainer *t, int stop_at) {
         t->step++;
         t->last_loss = loss;
         t->last_loss_step = t->step;
-        tokens_since_log += (long)B * T * t->cfg.grad_accum;
+        tokens_since_log += (long)B * T_step * t->cfg.grad_accum;
         double acc = s.tok_n > 0 ? s.tok_ok / s.tok_n : 0;
         progress_tick(&pg, t->step, loss, acc);
         if (t->step % t->cfg.log_every == 0 || t->step == t->cfg.steps) {
