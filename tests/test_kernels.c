@@ -630,7 +630,11 @@ static void ulp_close(const char *kernel, const char *what, const float *a, cons
  *   sigmoid   3 + ~1.5 (expf, 1 + e, 1 / (.))                 -> 4.5
  *   mul_sigmoid  sigmoid's + the product's half ulp per side  -> 5.5
  *   mul_silu     silu's 3 + the reference's silu (~2) + products -> 6.5
- *   neg_exp      exp's 1.5 + expf's 0.5                        -> 2 */
+ *   neg_exp      exp's 1.5 + expf's 0.5                        -> 2
+ *   mul_dsigmoid two sigmoids (3 + 1.5 each) + two products    -> 11
+ *   mul_dsoftplus_out  expm1's 2 + expm1f's 1 + the product's  -> 4
+ *   mul_dsilu    relative to the gradient's norm, as silu_bwd (the factor crosses zero at x = -1.28,
+ *                where no ulp bound holds)                     -> 1e-6 */
 static void test_gates_case(int M, int C, float scale) {
     char what[48];
     snprintf(what, sizeof what, "M=%d C=%d scale=%g", M, C, scale);
@@ -662,11 +666,28 @@ static void test_gates_case(int M, int C, float scale) {
     k_mul_silu_ref(yr, xs, n);
     ulp_close("mul_silu", what, y, yr, n, 6.5);
     free(xs);
+    float *xs_finite = dup(x, n);   /* the silu gradient: finite inputs (inf * 0 in both) */
+    for (size_t i = 0; i < n; i++) xs_finite[i] = isfinite(xs_finite[i]) ? xs_finite[i] : 0.0f;
     /* neg_exp: vexp's 1.5 ulp + expf's 0.5; below exp's normal range vexp flushes to 0 (vmath.h),
      * which ulp_close's FLT_MIN floor covers */
     k_neg_exp(y, x, n);
     k_neg_exp_ref(yr, x, n);
     ulp_close("neg_exp", what, y, yr, n, 2.0);
+    memcpy(y, y0, n * sizeof(float)), memcpy(yr, y0, n * sizeof(float));
+    k_mul_dsigmoid(y, x, n);
+    k_mul_dsigmoid_ref(yr, x, n);
+    ulp_close("mul_dsigmoid", what, y, yr, n, 11.0);
+    memcpy(y, y0, n * sizeof(float)), memcpy(yr, y0, n * sizeof(float));
+    k_mul_dsilu(y, xs_finite, n);
+    k_mul_dsilu_ref(yr, xs_finite, n);
+    close_("mul_dsilu", what, y, yr, n, 1e-6);
+    float *sp = dup(x, n);   /* softplus outputs are >= 0 */
+    for (size_t i = 0; i < n; i++) sp[i] = fabsf(sp[i]);
+    memcpy(y, y0, n * sizeof(float)), memcpy(yr, y0, n * sizeof(float));
+    k_mul_dsoftplus_out(y, sp, n);
+    k_mul_dsoftplus_out_ref(yr, sp, n);
+    ulp_close("mul_dsoftplus_out", what, y, yr, n, 4.0);
+    free(sp), free(xs_finite);
     /* in place (y aliases x) gives the same as out of place */
     float *xa = dup(x, n);
     k_softplus(xa, xa, bias, M, C);
@@ -970,6 +991,18 @@ static void r_mul_sigmoid(void) {
     k_mul_sigmoid(O(0), G.a, G.c, 400, TB_N / 400);
 }
 static void r_neg_exp(void) { k_neg_exp(O(0), G.a, TB_N); }
+static void r_mul_dsilu(void) {
+    memcpy(O(0), G.b, TB_N * sizeof(float));
+    k_mul_dsilu(O(0), G.a, TB_N);
+}
+static void r_mul_dsigmoid(void) {
+    memcpy(O(0), G.b, TB_N * sizeof(float));
+    k_mul_dsigmoid(O(0), G.a, TB_N);
+}
+static void r_mul_dsoftplus_out(void) {
+    memcpy(O(0), G.b, TB_N * sizeof(float));
+    k_mul_dsoftplus_out(O(0), G.first, TB_N);
+}
 static void r_mul_silu(void) {
     memcpy(O(0), G.b, TB_N * sizeof(float));
     k_mul_silu(O(0), G.a, TB_N);
@@ -1031,7 +1064,8 @@ static void test_threads(void) {
         {"xent_bwd", r_xent_bwd}, {"silu_fwd", r_silu_fwd}, {"silu_bwd", r_silu_bwd},
         {"swiglu_fwd", r_swiglu_fwd}, {"swiglu_bwd", r_swiglu_bwd}, {"softplus", r_softplus},
         {"sigmoid", r_sigmoid}, {"mul_sigmoid", r_mul_sigmoid}, {"mul_silu", r_mul_silu},
-        {"neg_exp", r_neg_exp}, {"embed_fwd", r_embed_fwd}, {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
+        {"neg_exp", r_neg_exp}, {"mul_dsilu", r_mul_dsilu}, {"mul_dsigmoid", r_mul_dsigmoid},
+        {"mul_dsoftplus_out", r_mul_dsoftplus_out}, {"embed_fwd", r_embed_fwd}, {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
         {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) bitid(ours[i].name, ours[i].run);

@@ -30,6 +30,7 @@ static double ref_sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : ex
 static double ref_silu(double x) { return x * ref_sigmoid(x); }
 static double ref_tanh(double x) { return tanh(x); }
 static double ref_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static double ref_expm1(double x) { return expm1(x); }
 
 /* The bounds of vmath.h's header comment. floor: where the relative bound stops applying. */
 typedef struct {
@@ -46,6 +47,7 @@ static const Func FUNCS[] = {
     {"silu", kvm_silu, ref_silu, 3.0, 2.61e-37},
     {"tanh", kvm_tanh, ref_tanh, 2.0, 0},
     {"softplus", kvm_softplus, ref_softplus, 2.5, FLT_MIN},
+    {"expm1", kvm_expm1, ref_expm1, 2.0, 0},
 };
 #define NFUNC (sizeof FUNCS / sizeof FUNCS[0])
 
@@ -111,7 +113,8 @@ static void sweep(const Func *f) {
         check_batch(f, x, y, n, &st);
     }
     static const float centres[] = {EXP_HI, EXP_LO, -EXP_HI, -EXP_LO, 0.625f, -0.625f, 9.01f, 16.64f,
-                                    16.7f, 1.0f, 0.70710678f, 1.41421356f, FLT_MIN, 0.0f};
+                                    16.7f, 1.0f, 0.70710678f, 1.41421356f, FLT_MIN, 0.0f,
+                                    17.0f, -17.5f, 0.34657359f, -0.34657359f, 1.03972077f, -1.03972077f};
     for (size_t c = 0; c < sizeof centres / sizeof centres[0]; c++) {
         uint32_t u = f_bits(centres[c]);
         size_t n = 0;
@@ -214,6 +217,19 @@ static void special_values(void) {
     EXACT(kvm_softplus, -FLT_MAX, 0.0f);
     TH_CHECK(ulp_err(call(kvm_softplus, 0.0f), log(2.0)) <= 2.5, "softplus(0) = %a",
              call(kvm_softplus, 0.0f));
+
+    EXACT(kvm_expm1, -inf, -1.0f);
+    EXACT(kvm_expm1, inf, inf);
+    EXACT(kvm_expm1, nan, nan);
+    EXACT(kvm_expm1, 0.0f, 0.0f);
+    EXACT(kvm_expm1, -0.0f, -0.0f);
+    EXACT(kvm_expm1, tiny, tiny);
+    EXACT(kvm_expm1, -tiny, -tiny);
+    EXACT(kvm_expm1, -17.6f, -1.0f);
+    EXACT(kvm_expm1, -FLT_MAX, -1.0f);
+    EXACT(kvm_expm1, FLT_MAX, inf);
+    EXACT(kvm_expm1, nextafterf(EXP_HI, inf), inf);
+    TH_CHECK(call(kvm_expm1, EXP_HI) <= FLT_MAX, "expm1(EXP_HI) finite");
 
     /* in place (y == x), as the header allows: same values as out of place */
     float a[67], b[67], c[67];

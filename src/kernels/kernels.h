@@ -32,7 +32,7 @@
     X(gemm) X(gemm_pb) X(linear_fwd) X(linear_bwd) X(weightnorm_fwd) X(weightnorm_bwd) \
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(layernorm_fwd) X(layernorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
-    X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) \
+    X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) X(mul_dsilu) X(mul_dsigmoid) X(mul_dsoftplus_out) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
@@ -190,6 +190,17 @@ void k_mul_silu_ref(float *y, const float *x, size_t n);
  * vexp's bound, 1.5 ulp, in the fast version) */
 void k_neg_exp(float *y, const float *x, size_t n);
 void k_neg_exp_ref(float *y, const float *x, size_t n);
+/* Activation gradients in place on the gradient y, x:(n) the pre-activation (y *= f'(x)):
+ * y *= silu'(x) = s (1 + x (1 - s)), s = sigmoid(x); y *= sigmoid'(x) = sigmoid(x) sigmoid(-x)
+ * (no cancellation in 1 - s for large x). */
+void k_mul_dsilu(float *y, const float *x, size_t n);
+void k_mul_dsilu_ref(float *y, const float *x, size_t n);
+void k_mul_dsigmoid(float *y, const float *x, size_t n);
+void k_mul_dsigmoid_ref(float *y, const float *x, size_t n);
+/* y *= 1 - e^(-sp): the softplus gradient sigmoid(v) from its output sp = softplus(v), so the
+ * pre-activation need not be kept (-expm1(-sp): vmath.h's vexpm1, 2 ulp, in the fast version) */
+void k_mul_dsoftplus_out(float *y, const float *sp, size_t n);
+void k_mul_dsoftplus_out_ref(float *y, const float *sp, size_t n);
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 /* y[i] = E[ids[i]]     ids:(M)  E:(V,D)  y:(M,D) written.  CHECKs 0 <= ids[i] < V (callers

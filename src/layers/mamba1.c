@@ -211,7 +211,7 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
         for (size_t q = 0; q < (size_t)E * N; q++) dW->A_log[q] += s.dA[q] * s.A[q];
 
     /* dt = softplus(v), v = dt_proj(dl) + b:  dv = ddt * sigmoid(v) = ddt * -expm1(-dt) (in g4) */
-    for (size_t q = 0; q < ME; q++) s.g4[q] *= -expm1f(-k.dt[q]);
+    k_mul_dsoftplus_out(s.g4, k.dt, ME);
     memset(ddl, 0, sizeof(float) * M * R);
     k_linear_bwd(ddl, dW ? dW->dt_proj : NULL, dW ? dW->dt_bias : NULL, s.g4, k.dl, w->dt_proj, (int)M, R, E);
 

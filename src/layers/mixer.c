@@ -20,11 +20,10 @@
 
 #define SLOT_BUDGET ((size_t)1 << 22) /* floats of per-token workspace kept at once */
 /* One-thread cost estimates for k_foreach: a token of the mixer per float of its workspace (the
- * token loop used to fork from 32768 floats of workspace, i.e. from 20 us at this rate), a
- * ReLU element, and an activation gradient with libm's scalar expf. */
+ * token loop used to fork from 32768 floats of workspace, i.e. from 20 us at this rate) and a
+ * ReLU element. */
 #define NS_PER_WORK_FLOAT 0.6
 #define NS_RELU 0.1
-#define NS_EXPF 2.0
 
 static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -357,8 +356,6 @@ static void project(const MixerCfg *c, const MixerW *w, const float *p, int M, f
     }
 }
 
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 /* The elementwise activation loops (k_foreach items): y = f(x) or y *= f'(x) on [i0, i1). */
 typedef struct { float *y; const float *x; } Ew;
 
@@ -370,22 +367,6 @@ static void relu_fwd_range(void *ctx, long i0, long i1) {
 static void relu_bwd_range(void *ctx, long i0, long i1) {
     const Ew *e = ctx;
     for (long i = i0; i < i1; i++) e->y[i] = e->x[i] > 0 ? e->y[i] : 0.0f; /* torch: no gradient at 0 */
-}
-
-static void silu_bwd_range(void *ctx, long i0, long i1) {
-    const Ew *e = ctx;
-    for (long i = i0; i < i1; i++) {
-        float x = e->x[i], s = sigm(x);
-        e->y[i] *= s * (1.0f + x * (1.0f - s));
-    }
-}
-
-static void sigmoid_bwd_range(void *ctx, long i0, long i1) {
-    const Ew *e = ctx;
-    for (long i = i0; i < i1; i++) {
-        float s = sigm(e->x[i]);
-        e->y[i] *= s * (1.0f - s);
-    }
 }
 
 /* act = f(raw): sigmoid on gates, mixer_ac on everything else */
@@ -419,8 +400,8 @@ static void activate_bwd(const MixerCfg *c, const float *raw, float *g, int M) {
         int kind = c->proj[j].gate ? -1 : c->ac;
         Ew e = {y, x};
         if (kind == MIX_AC_RELU) k_foreach(n, NS_RELU, relu_bwd_range, &e);
-        else if (kind == MIX_AC_SILU) k_foreach(n, NS_EXPF, silu_bwd_range, &e);
-        else if (kind < 0) k_foreach(n, NS_EXPF, sigmoid_bwd_range, &e);
+        else if (kind == MIX_AC_SILU) k_mul_dsilu(y, x, (size_t)n);
+        else if (kind < 0) k_mul_dsigmoid(y, x, (size_t)n);
     }
 }
 

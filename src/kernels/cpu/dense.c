@@ -423,3 +423,18 @@ void k_neg_exp(float *y, const float *x, size_t n) {
     KT_FOR(ELEM_TEAM(n),
     for (size_t i = 0; i < n; i++) y[i] = -vexp(x[i]));
 }
+
+void k_mul_dsilu(float *y, const float *x, size_t n) {
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] *= silu_grad(x[i]));
+}
+
+void k_mul_dsigmoid(float *y, const float *x, size_t n) {
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] *= vsigmoid(x[i]) * vsigmoid(-x[i]));
+}
+
+void k_mul_dsoftplus_out(float *y, const float *sp, size_t n) {
+    KT_FOR(ELEM_TEAM(n),
+    for (size_t i = 0; i < n; i++) y[i] *= -vexpm1(-sp[i]));
+}

@@ -28,6 +28,9 @@
  *   vsoftplus(x) log(1 + e^x): <= 2.5 ulp [1.99] where the result is >= FLT_MIN; below, absolute
  *                error < FLT_MIN (0 for x < -87.34). Exactly x for x > 16.7 (PyTorch's
  *                threshold-20 rule gives the same floats), +inf at +inf, 0 at -inf.
+ *   vexpm1(x)    e^x - 1: <= 2 ulp [1.44] everywhere, subnormals included (x returned for
+ *                |x| < 2^-24 within the bound); exactly -1 for x < -17.5 and at -inf, +inf above
+ *                EXP_HI; expm1(+-0) = +-0.
  * Every function maps NaN to NaN (a diverging solver must still show up in the output).
  * Each is a fixed sequence of operations, so results depend on the input only (not on threads);
  * the AVX-512, AVX2 and SSE2 builds may differ in the last bit (FMA contraction).
@@ -154,10 +157,39 @@ static inline float vsoftplus(float x) {
     return (x > 0.0f ? x : 0.0f) + l1p; /* NaN: u is NaN */
 }
 
+/* expm1(x) = e^x - 1 without the cancellation of vexp(x) - 1 near 0: x = n ln2 + r as in vexp,
+ * expm1(r) by its Taylor polynomial to degree 8 (|r| <= ln2 / 2: the first term left out is below
+ * 2^-30 |r|), then 2^n expm1(r) + (2^n - 1), where 2^n - 1 is exact for |n| <= 24 and the sum
+ * has no cancellation (2^n e^r - 1 with n != 0 is at least 0.29 in magnitude). Beyond |x| = 17
+ * the -1 is below half an ulp (x > 17) or the result rounds to -1 (x < -17.5); the polynomial
+ * path sees n clamped to +-25 so its bits stay well formed. */
+static inline float vexpm1(float x) {
+    const float magic = 12582912.0f;
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic;
+    n = n > 25.0f ? 25.0f : n;
+    n = n < -25.0f ? -25.0f : n;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 2.48015873015873016e-5f;   /* 1/8! */
+    p = p * r + 1.98412698412698413e-4f; /* 1/7! */
+    p = p * r + 1.38888888888888889e-3f; /* 1/6! */
+    p = p * r + 8.33333333333333333e-3f; /* 1/5! */
+    p = p * r + 4.16666666666666667e-2f; /* 1/4! */
+    p = p * r + 1.66666666666666667e-1f; /* 1/3! */
+    p = p * r + 0.5f;
+    float pm = p * (r * r) + r;          /* expm1(r) */
+    float two_n = u2f((f2u(n + magic) - f2u(magic) + 127u) << 23);
+    float res = two_n * pm + (two_n - 1.0f);
+    res = x > 17.0f ? vexp(x) : res;     /* (vexp: +inf above EXP_HI) */
+    res = x == 0.0f ? x : res;           /* keeps the sign of -0 */
+    return x < -17.5f ? -1.0f : res;     /* NaN: r, hence res, is NaN */
+}
+
 /* The functions above over arrays, y[i] = v<f>(x[i]) (cpu/vmath.c): compiled with the kernels'
  * flags, so they are the vectorised code the kernels inline. tests/test_vmath.c measures their
  * error and bench/bench_kernels.c their speed. y may equal x. */
-#define VMATH_FUNCS(X) X(exp) X(log) X(sigmoid) X(silu) X(tanh) X(softplus)
+#define VMATH_FUNCS(X) X(exp) X(log) X(sigmoid) X(silu) X(tanh) X(softplus) X(expm1)
 #define VMATH_DECLARE(f) void kvm_##f(float *y, const float *x, size_t n);
 VMATH_FUNCS(VMATH_DECLARE)
 #undef VMATH_DECLARE

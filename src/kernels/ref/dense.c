@@ -291,6 +291,18 @@ void k_neg_exp_ref(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = -expf(x[i]);
 }
 
+void k_mul_dsilu_ref(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] *= silu_grad(x[i]);
+}
+
+void k_mul_dsigmoid_ref(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] *= sigmoidf(x[i]) * sigmoidf(-x[i]);
+}
+
+void k_mul_dsoftplus_out_ref(float *y, const float *sp, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] *= -expm1f(-sp[i]);
+}
+
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 void k_embed_fwd_ref(float *y, const int *ids, const float *E, int M, int V, int D) {
