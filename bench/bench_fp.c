@@ -92,7 +92,7 @@ static void run(const Case *c, int repeats) {
      * baselines) as forward passes through the layers, plus the graded passes, head and AdamW */
     Shape sh = shape_of_model(&m);
     Work w = work_train(&sh, (double)m.act_bytes, B, T, iters / repeats, f_grad_passes(&mc));
-    char roof[160];
+    char roof[320];
     printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f%s model=%s B=%d T=%d D=%s params=%zu repeats=%d "
            "threads=%d blas=%s gemm=%s %s\n",
            c->name, B * T / s, s * 1e3, cpu * 1e3, fp, mc.model, B, T, c->d_model, ptab_count(&m.tab), repeats,

@@ -158,7 +158,7 @@ static void run(const Case *c, int repeats) {
     Work w = c->kind == TRAIN  ? work_train(&sh, (double)b.m.act_bytes, c->B, c->T, SOLVE_ITERS, GRAD_STEPS)
              : c->kind == EVAL ? work_eval(&sh, (double)b.m.act_bytes, c->B, c->T, EVAL_ITERS)
                                : work_gen(&sh, c->B, c->T, GEN_ITERS);
-    char roof[160];
+    char roof[320];
     printf(" B=%d T=%d D=%s params=%zu repeats=%d threads=%d blas=%s gemm=%s %s\n", c->B, c->T, c->large ? "256" : "64",
            ptab_count(&b.m.tab), repeats, k_get_threads(), k_blas_name(), k_gemm_backend(),
            roof_fields(roof, sizeof roof, w, s, cs[(repeats - 1) / 2], k_get_threads()));

@@ -105,7 +105,7 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     }
     sh.params = sh.body;
     double act = 4.0 * ((double)block_cache_floats(&bc, B, T) + 2.0 * (double)MD);
-    char roof[160];
+    char roof[320];
     printf("implicit %s fwdbwd_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%d threads=%d blas=%s gemm=%s %s\n", c->name,
            B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, D, k_get_threads(), k_blas_name(), k_gemm_backend(),
            roof_fields(roof, sizeof roof, work_fwdbwd(&sh, act, B, T, 0, 1), s, cs[repeats / 2], k_get_threads()));

@@ -122,7 +122,7 @@ static void run(const Case *c, int repeats, int train, int gen) {
         }
     }
     double s = median(ts, repeats), g = median(gs, repeats), cs = median(cts, repeats), cg = median(cgs, repeats);
-    char tail[160], roof[160];
+    char tail[160], roof[320];
     snprintf(tail, sizeof tail, "params=%zu repeats=%d threads=%d blas=%s", ptab_count(&m.tab), repeats,
              k_get_threads(), k_blas_name());
     Shape sh = shape_of_model(&m);

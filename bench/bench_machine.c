@@ -1,7 +1,9 @@
 /* bench_machine.c: the roofline of this host, which every other bench line is read against.
  *   FMA peak   12 independent FMA chains in vector registers of the widest ISA the build targets
  *              (AVX-512 / AVX2+FMA / SSE2 / scalar), on 1 and on N threads, GFLOP/s
- *   bandwidth  a streaming sum over a buffer of max(512 MiB, 4 x L3), on 1 and N threads, GB/s
+ *   bandwidth  a streaming sum over a buffer of max(512 MiB, 4 x L3), on 1 and N threads, GB/s;
+ *              and on one thread over working sets that stay in cache (16 KiB .. 16 MiB, re-read:
+ *              the bound of a loop that re-reads its weights, as the generation lines print it)
  * (best of 5 each, as rates per second of each thread's CPU time: the machine may be shared, and
  * time slices taken by other jobs must not lower the limits). Prints the CPU, ISA and thread count, then
  *   BENCH_MACHINE=1:<gflops>:<gbs>,N:<gflops>:<gbs>
@@ -41,6 +43,13 @@ int main(int argc, char **argv) {
     printf("; read bandwidth: 1 thread %.1f GB/s", one.gbs);
     if (nt > 1) printf(", %ld threads %.1f GB/s", nt, all.gbs);
     printf("\n");
+    printf("machine re-read bandwidth, 1 thread:");
+    static const double sets_kib[] = {16, 256, 1024, 4096, 16384};
+    for (int i = 0; i < 5; i++) {
+        double kib = sets_kib[i];
+        printf(" %g %s %.1f GB/s%s", kib >= 1024 ? kib / 1024 : kib, kib >= 1024 ? "MiB" : "KiB",
+               machine_read_gbs_resident(1, kib * 1024), i < 4 ? "," : "\n");
+    }
     printf("BENCH_MACHINE=1:%.2f:%.3f", one.gflops, one.gbs);
     if (nt > 1) printf(",%ld:%.2f:%.3f", nt, all.gflops, all.gbs);
     printf("\n");

@@ -61,7 +61,7 @@ static void run(const Case *c, int B, int T, int warmup, int repeats) {
     double s = ts[repeats / 2];
     /* work (bench_util.h): one forward + backward through the layers and head, AdamW */
     Shape sh = shape_of_model(&m);
-    char roof[160];
+    char roof[320];
     printf("implicit %s step_tok_s=%.1f ms=%.1f cpu_ms=%.1f B=%d T=%d D=%s params=%zu threads=%d blas=%s gemm=%s %s\n",
            c->name, B * T / s, s * 1e3, cs[repeats / 2] * 1e3, B, T, c->d_model, ptab_count(&m.tab), k_get_threads(),
            k_blas_name(), k_gemm_backend(),

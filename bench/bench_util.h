@@ -228,6 +228,60 @@ static inline double machine_read_gbs(int nt) {
     return best / 1e9;
 }
 
+/* Repeated streaming sums over one slice (machine_read_gbs_resident). */
+typedef struct { ReadArg ra; size_t sweeps; double seconds; } SweepArg;
+
+static inline void *sweep_worker(void *arg) {
+    SweepArg *sa = arg;
+    const float *x = sa->ra.x;
+    double t0 = thread_cpu_now();
+    BVec s0 = bv_set1(0), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t k = 0; k < sa->sweeps; k++)
+        for (size_t i = 0; i < sa->ra.n; i += 4 * BV_LANES) {
+            s0 = bv_add(s0, bv_load(x + i));
+            s1 = bv_add(s1, bv_load(x + i + BV_LANES));
+            s2 = bv_add(s2, bv_load(x + i + 2 * BV_LANES));
+            s3 = bv_add(s3, bv_load(x + i + 3 * BV_LANES));
+        }
+    sa->ra.sum = bv_first(bv_add(bv_add(s0, s1), bv_add(s2, s3)));
+    sa->seconds = thread_cpu_now() - t0;
+    return NULL;
+}
+
+/* Read bandwidth of nt threads over a working set of `bytes` (each thread its own slice), read
+ * again and again so that it stays in whichever cache level holds that size: what a loop that
+ * re-reads the same weights (an M = 1 product per solver iteration) can draw on. Each thread sums
+ * its slice until it has read 64 MiB, best of MACHINE_REPEATS; memoised by size (within 1/8).
+ * Above the L3 this approaches the DRAM figure of machine_read_gbs. */
+static inline double machine_read_gbs_resident(int nt, double bytes) {
+    static struct { int nt; double bytes, gbs; } memo[32];
+    static int n_memo;
+    for (int i = 0; i < n_memo; i++)
+        if (memo[i].nt == nt && bytes >= memo[i].bytes * 0.875 && bytes <= memo[i].bytes * 1.125) return memo[i].gbs;
+    size_t slice = (size_t)(bytes / sizeof(float) / nt) / (4 * BV_LANES) * (4 * BV_LANES);
+    if (slice < 4 * BV_LANES) slice = 4 * BV_LANES;
+    size_t n = slice * (size_t)nt, sweeps = ((size_t)64 << 20) / (slice * sizeof(float)) + 1;
+    float *x = aligned_alloc(64, n * sizeof(float));
+    if (!x) {
+        fprintf(stderr, "error: cannot allocate %zu MiB for the bandwidth bench\n", (n * sizeof(float)) >> 20);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) x[i] = 1e-3f;
+    SweepArg sw[MACHINE_MAX_THREADS];
+    double best = 0;
+    for (int rep = 0; rep < MACHINE_REPEATS; rep++) {
+        for (int i = 0; i < nt; i++) sw[i] = (SweepArg){{x + (size_t)i * slice, slice, 0, 0}, sweeps, 0};
+        run_threads(sweep_worker, sw, sizeof *sw, nt);
+        double rate = 0;
+        for (int i = 0; i < nt; i++) rate += (double)slice * sizeof(float) * (double)sweeps / sw[i].seconds;
+        if (rate > best) best = rate;
+    }
+    if (sw[0].ra.sum < 0) printf("(impossible sum)\n"); /* keeps the loads alive */
+    free(x);
+    if (n_memo < 32) memo[n_memo].nt = nt, memo[n_memo].bytes = bytes, memo[n_memo++].gbs = best / 1e9;
+    return best / 1e9;
+}
+
 /* "model name" of /proc/cpuinfo, with family and model numbers when present (x86). */
 static inline void machine_cpu_name(char *buf, size_t cap) {
     char line[256], name[160] = "unknown CPU", fam[32] = "", mod[32] = "";
@@ -272,11 +326,14 @@ static inline Roof machine_roof(int nt) {
 
 /* ==== work of a case: FLOPs and bytes ========================================================= */
 
-typedef struct { double flops, bytes; } Work;
+/* flops, bytes: the work at the roofline (bytes from memory once). reread, resident (generation
+ * only, else 0): the bytes a step loop actually reads again, call after call, and the size of the
+ * set they come from, for the re-read bound (roof_fields). */
+typedef struct { double flops, bytes, reread, resident; } Work;
 
 /* C = A B with A (M,K), B (K,N): one multiply-add per (m, n, k); A and B read and C written once. */
 static inline Work work_gemm(double M, double N, double K) {
-    return (Work){2 * M * N * K, 4 * (M * K + K * N + M * N)};
+    return (Work){2 * M * N * K, 4 * (M * K + K * N + M * N), 0, 0};
 }
 
 /* What the counts of a model need, from its config and parameter table. "Weights" are applied to
@@ -376,7 +433,7 @@ static inline double shape_body_flops(const Shape *s, double ctx) {
  * activations the forward stores (act_bytes), written once and read once by the backward. */
 static inline Work work_fwdbwd(const Shape *s, double act_bytes, int B, int T, double f_nograd, double f_grad) {
     double tok = (double)B * T, body = shape_body_flops(s, (T + 1) / 2.0);
-    return (Work){tok * (body * (f_nograd + 3 * f_grad) + 3 * 2 * s->rest), 4 * 4 * s->params + 2 * act_bytes};
+    return (Work){tok * (body * (f_nograd + 3 * f_grad) + 3 * 2 * s->rest), 4 * 4 * s->params + 2 * act_bytes, 0, 0};
 }
 
 /* A training step: work_fwdbwd + AdamW, which reads θ m v dθ and writes θ m v (7 floats per
@@ -391,7 +448,7 @@ static inline Work work_train(const Shape *s, double act_bytes, int B, int T, do
  * activations written once. */
 static inline Work work_eval(const Shape *s, double act_bytes, int B, int T, double f_calls) {
     double tok = (double)B * T;
-    return (Work){tok * (shape_body_flops(s, (T + 1) / 2.0) * f_calls + 2 * s->rest), 4 * s->params + act_bytes};
+    return (Work){tok * (shape_body_flops(s, (T + 1) / 2.0) * f_calls + 2 * s->rest), 4 * s->params + act_bytes, 0, 0};
 }
 
 /* Generation of n tokens for B sequences from an empty state, f_calls passes through the layers
@@ -401,8 +458,12 @@ static inline Work work_eval(const Shape *s, double act_bytes, int B, int T, dou
 static inline Work work_gen(const Shape *s, int B, int n, double f_calls) {
     double pos_sum = (double)n * (n + 1) / 2; /* context lengths 1..n */
     double flops = B * ((2 * s->body + s->mix_tok) * f_calls * n + s->attn_pos * f_calls * pos_sum + 2 * s->rest * n);
-    double bytes = 4 * (s->read_tok * n + B * (2 * s->state * n + s->kv_pos * (pos_sum + n)));
-    return (Work){flops, bytes};
+    double seq = B * (2 * s->state * n + s->kv_pos * (pos_sum + n));
+    double bytes = 4 * (s->read_tok * n + seq);
+    /* every f call re-reads the layers' weights (a batch shares them), from wherever they fit */
+    double reread = 4 * ((s->read_tok + s->body * (f_calls - 1)) * n + seq);
+    double resident = 4 * (s->read_tok + B * (s->state + s->kv_pos * n));
+    return (Work){flops, bytes, reread, resident};
 }
 
 /* % of roofline: the time w takes at max(FLOPs / peak, bytes / bandwidth) of `threads` threads,
@@ -418,14 +479,29 @@ static inline double roofline_pct(Work w, double seconds, int threads) {
  * (work of one timed run, achieved GFLOP/s, % of roofline, which limit binds). roofline is
  * against the wall-clock seconds; roofline_cpu against the process CPU seconds per thread, which
  * leaves out the time slices other jobs took on a shared machine (both agree on an idle one;
- * threads spinning while they wait count as busy in both). */
+ * threads spinning while they wait count as busy in both).
+ * Generation lines add the re-read bound, which the roofline above cannot see: a step loop reads
+ * every weight once per f call with one multiply-add per weight (M = 1, or the batch), so it is
+ * bound by the bandwidth of the level that holds the weights, not by the FMA peak:
+ *   reread_gbyte=... resident_mib=... resident_gbs=... roofline_reread=NN.N% roofline_reread_cpu=NN.N%
+ * (the bytes re-read, the size of the set they come from, the measured read bandwidth of a set
+ * of that size, and the time at max(FLOPs / peak, re-read bytes / that bandwidth) over the
+ * measured wall-clock / CPU seconds). */
 static inline const char *roof_fields(char *buf, size_t cap, Work w, double seconds, double cpu_seconds,
                                       int threads) {
     Roof r = machine_roof(threads);
     int flops_bound = w.flops / r.gflops >= w.bytes / r.gbs;
-    snprintf(buf, cap, "gflop=%.4g gbyte=%.4g gflop_s=%.1f roofline=%.1f%% roofline_cpu=%.1f%% bound=%s",
-             w.flops / 1e9, w.bytes / 1e9, w.flops / seconds / 1e9, roofline_pct(w, seconds, threads),
-             roofline_pct(w, cpu_seconds / threads, threads), flops_bound ? "flops" : "bytes");
+    int k = snprintf(buf, cap, "gflop=%.4g gbyte=%.4g gflop_s=%.1f roofline=%.1f%% roofline_cpu=%.1f%% bound=%s",
+                     w.flops / 1e9, w.bytes / 1e9, w.flops / seconds / 1e9, roofline_pct(w, seconds, threads),
+                     roofline_pct(w, cpu_seconds / threads, threads), flops_bound ? "flops" : "bytes");
+    if (w.reread > 0 && k > 0 && (size_t)k < cap) {
+        double gbs = machine_read_gbs_resident(threads, w.resident);
+        double tf = w.flops / (r.gflops * 1e9), tb = w.reread / (gbs * 1e9);
+        double t = tf > tb ? tf : tb;
+        snprintf(buf + k, cap - (size_t)k,
+                 " reread_gbyte=%.4g resident_mib=%.1f resident_gbs=%.1f roofline_reread=%.1f%% roofline_reread_cpu=%.1f%%",
+                 w.reread / 1e9, w.resident / (1 << 20), gbs, 100 * t / seconds, 100 * t * threads / cpu_seconds);
+    }
     return buf;
 }
 

@@ -30,8 +30,10 @@ if [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 
     /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" || { echo "torch_bench.py failed"; status=1; }
 fi
 echo
-# roofline / cpu roof: implicit's % of roofline against wall-clock / CPU time (bench_util.h); pt
-# roof: torch's, the same work in its wall-clock time, i.e. implicit's % / ratio
+# roofline / cpu roof: implicit's % of roofline against wall-clock / CPU time (bench_util.h); reread:
+# generation's % of the re-read bound (weights read per f call at the bandwidth of the cache level
+# that holds them, wall-clock); pt roof: torch's, the same work in its wall-clock time, i.e.
+# implicit's % / ratio
 awk -v threads="$threads" '
     /^machine cpu=/ { host = $0; sub(/^machine /, "", host) }
     /^(implicit|torch) / {
@@ -40,24 +42,26 @@ awk -v threads="$threads" '
             r = $i; sub(/%$/, "", r)
             if (r ~ /^roofline=/) { sub(/^roofline=/, "", r); roof[side, name] = r }
             if (r ~ /^roofline_cpu=/) { sub(/^roofline_cpu=/, "", r); croof[side, name] = r }
+            if (r ~ /^roofline_reread=/) { sub(/^roofline_reread=/, "", r); rroof[side, name] = r }
         }
         if (side == "implicit" && !(name in seen)) { seen[name] = 1; order[n++] = name }
     }
     END {
         printf "== implicit vs PyTorch, %s threads (throughput of each case, higher is better; %% of roofline)\n", threads
         if (host != "") printf "   host: %s\n", host
-        printf "| %-19s | %-12s | %14s | %8s | %8s | %14s | %7s | %8s |\n", "case", "metric", "implicit", "roofline", "cpu roof", "pytorch", "ratio", "pt roof"
-        printf "|---------------------|--------------|----------------|----------|----------|----------------|---------|----------|\n"
+        printf "| %-19s | %-12s | %14s | %8s | %8s | %8s | %14s | %7s | %8s |\n", "case", "metric", "implicit", "roofline", "cpu roof", "reread", "pytorch", "ratio", "pt roof"
+        printf "|---------------------|--------------|----------------|----------|----------|----------|----------------|---------|----------|\n"
         for (i = 0; i < n; i++) {
             c = order[i]
             rf = (("implicit", c) in roof) ? sprintf("%7.1f%%", roof["implicit", c]) : "-"
             cf = (("implicit", c) in croof) ? sprintf("%7.1f%%", croof["implicit", c]) : "-"
+            rr = (("implicit", c) in rroof) ? sprintf("%7.1f%%", rroof["implicit", c]) : "-"
             if (("torch", c) in val) {
                 ratio = val["implicit", c] / val["torch", c]
                 pr = (("implicit", c) in roof) ? sprintf("%7.1f%%", roof["implicit", c] / ratio) : "-"
-                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %14.1f | %6.2fx | %8s |\n", c, unit[c], val["implicit", c], rf, cf, val["torch", c], ratio, pr
+                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14.1f | %6.2fx | %8s |\n", c, unit[c], val["implicit", c], rf, cf, rr, val["torch", c], ratio, pr
             } else
-                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %14s | %7s | %8s |\n", c, unit[c], val["implicit", c], rf, cf, "-", "-", "-"
+                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14s | %7s | %8s |\n", c, unit[c], val["implicit", c], rf, cf, rr, "-", "-", "-"
         }
     }' "$out"
 rm -f "$out"

@@ -122,12 +122,40 @@ static void test_roofline(void) {
     setenv("BENCH_MACHINE", "1:100:10,3:250:20", 1);
     Roof r = machine_roof(3);
     TH_CHECK(r.threads == 3 && r.gflops == 250 && r.gbs == 20, "BENCH_MACHINE entry 3: %g %g", r.gflops, r.gbs);
-    Work flops_bound = {2e9, 1e8}, bytes_bound = {1e8, 1e9};
+    Work flops_bound = {2e9, 1e8, 0, 0}, bytes_bound = {1e8, 1e9, 0, 0};
     TH_CHECK(near(roofline_pct(flops_bound, 0.04, 1), 50), "flops-bound: %g", roofline_pct(flops_bound, 0.04, 1));
     TH_CHECK(near(roofline_pct(bytes_bound, 0.2, 1), 50), "bytes-bound: %g", roofline_pct(bytes_bound, 0.2, 1));
     char buf[160];
     roof_fields(buf, sizeof buf, bytes_bound, 0.2, 0.3, 3);
     TH_CHECK(strstr(buf, "roofline=25.0% roofline_cpu=50.0% bound=bytes") != NULL, "fields: %s", buf);
+}
+
+/* Generation: every f call re-reads the layers' weights; the re-read bound is printed with the
+ * bandwidth of a set of the resident size, and its % follows from the printed numbers. */
+static void test_reread(void) {
+    const char *kv[] = {"model", "implicit_mamba2", "vocab_size", "40", "d_model", "16", "n_layer", "2", "d_state", "4",
+                        "headdim", "8", NULL};
+    Model m;
+    TH_CHECK(build(&m, kv), "implicit_mamba2: %s", err_msg());
+    Shape s = shape_of_model(&m);
+    Work one = work_gen(&s, 1, 10, 1), five = work_gen(&s, 1, 10, 5), b4 = work_gen(&s, 4, 10, 5);
+    TH_CHECK(near(one.reread, one.bytes) && near(one.resident, 4 * (s.read_tok + s.state)), "f 1: reread %g bytes %g",
+             one.reread, one.bytes);
+    TH_CHECK(near(five.reread - one.reread, 4 * s.body * 4 * 10), "f 5: four more reads of the body per token");
+    TH_CHECK(near(b4.reread - five.reread, 4 * 3 * 2 * s.state * 10), "batch 4: the weights are shared, the states not");
+    char buf[400];
+    roof_fields(buf, sizeof buf, five, 0.01, 0.01, 1);
+    double gbs = 0, pct = 0, mib = 0;
+    const char *g = strstr(buf, "resident_gbs="), *p = strstr(buf, "roofline_reread="), *r = strstr(buf, "resident_mib=");
+    TH_CHECK(g && p && r && sscanf(g, "resident_gbs=%lf", &gbs) == 1 && sscanf(p, "roofline_reread=%lf", &pct) == 1 &&
+                 sscanf(r, "resident_mib=%lf", &mib) == 1,
+             "reread fields: %s", buf);
+    double want = 100 * fmax(five.flops / 100e9, five.reread / (gbs * 1e9)) / 0.01;
+    TH_CHECK(gbs > 0 && fabs(pct - want) <= 0.05 + 0.01 * want && fabs(mib - five.resident / (1 << 20)) < 0.06,
+             "roofline_reread %g, want %g (%s)", pct, want, buf);
+    roof_fields(buf, sizeof buf, (Work){1e8, 1e9, 0, 0}, 0.2, 0.3, 1);
+    TH_CHECK(!strstr(buf, "reread"), "training lines have no re-read bound: %s", buf);
+    model_free(&m);
 }
 
 int main(void) {
@@ -138,5 +166,6 @@ int main(void) {
     test_untied();
     test_fp();
     test_roofline();
+    test_reread();
     return th_done();
 }
