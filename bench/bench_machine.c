@@ -5,7 +5,9 @@
  *              and on one thread over working sets that stay in cache (16 KiB .. 16 MiB, re-read:
  *              the bound of a loop that re-reads its weights, as the generation lines print it)
  * (best of 5 each, as rates per second of each thread's CPU time: the machine may be shared, and
- * time slices taken by other jobs must not lower the limits). Prints the CPU, ISA and thread count, then
+ * time slices taken by other jobs must not lower the limits); with N > 1 also the N-thread peak
+ * on the wall clock, which shows whether the N threads really get N cores (a virtual machine's
+ * vCPUs may share them). Prints the CPU, ISA and thread count, then
  *   BENCH_MACHINE=1:<gflops>:<gbs>,N:<gflops>:<gbs>
  * which bench/run.sh exports so that the other programs need not measure it again.
  * Usage: bench_machine [--threads N]   (default: all online CPUs)
@@ -40,6 +42,10 @@ int main(int argc, char **argv) {
            machine_l3_bytes() >> 20, machine_read_buffer_bytes() >> 20);
     printf("machine FMA peak: 1 thread %.1f GFLOP/s", one.gflops);
     if (nt > 1) printf(", %ld threads %.1f GFLOP/s", nt, all.gflops);
+    if (nt > 1) {
+        double wall = machine_peak_gflops_wall((int)nt);
+        printf(" (%ld threads at once, wall clock: %.1f GFLOP/s = %.2fx one thread)", nt, wall, wall / one.gflops);
+    }
     printf("; read bandwidth: 1 thread %.1f GB/s", one.gbs);
     if (nt > 1) printf(", %ld threads %.1f GB/s", nt, all.gbs);
     printf("\n");
