@@ -192,7 +192,7 @@ static void bench_bandwidth(Rng *r) {
         for (int nt = 1; nt <= 2; nt++) {
             k_set_threads(nt);
             double t = best_time(ks[k].fn, &b);
-            Work w = {0, ks[k].bytes_per_elem * n};
+            Work w = {0, ks[k].bytes_per_elem * n, 0, 0};
             printf("  %-20s %-7d %8.1f %8.2f %8.0f%%\n", ks[k].name, nt, w.bytes / t / 1e9, t * 1e3,
                    roofline_pct(w, t, nt));
         }
