@@ -125,9 +125,10 @@ static void test_parity(void) {
                                    {5, 8, 64},  {7, 65, 300}, {8, 520, 17}, {9, 3, 40},  {16, 100, 77},
                                    {1, 1030, 3}, {2, 5, 0},   {17, 31, 9}, {1, 61, 290}, {2, 803, 40},
                                    {3, 23, 19},  {7, 13, 50}, {1, 15, 16}};
-    /* packed: across MR (6, 12), NR (8..32), KC (256, 512) and the 2048-column NC block */
-    static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31},
-                                 {12, 2050, 9}, {40, 3, 300},  {20, 40, 1030}};
+    /* packed: across MR (6, 12), NR (8..32), KC (256, 512), the 2048-column NC block and more
+     * than one MC block of rows (48, 96: op(A) packed from several row offsets, a partial panel last) */
+    static const int big[][3] = {{13, 33, 257}, {25, 47, 513}, {70, 65, 31},  {12, 2050, 9},
+                                 {40, 3, 300},  {20, 40, 1030}, {203, 37, 70}};
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             for (int a = 0; a < 3; a++) {

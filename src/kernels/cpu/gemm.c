@@ -119,7 +119,7 @@ static void pack_a(float *restrict ap, const float *A, int lda, int transA, int 
                 for (int r = 0; r < mr; r++) dst[k * MR + r] = rows[r][k];
                 for (int r = mr; r < MR; r++) dst[k * MR + r] = 0.0f;
             }
-        } else { /* op(A)[i, k] = A[k, i]: MR consecutive floats of row k */
+        } else if (mr < MR) { /* op(A)[i, k] = A[k, i]: the last, partial panel */
             for (int k = 0; k < kc; k++) {
                 const float *src = A + (size_t)(k0 + k) * lda + i0 + p;
                 for (int r = 0; r < mr; r++) dst[k * MR + r] = src[r];
@@ -127,6 +127,17 @@ static void pack_a(float *restrict ap, const float *A, int lda, int transA, int 
             }
         }
     }
+    /* op(A)[i, k] = A[k, i], whole panels: row k of A is read once, front to back, into every
+     * panel (a panel at a time would read MR floats per row at a stride of lda, which for a
+     * power-of-two lda maps every row to the same L1 sets and re-fetches them panel after panel) */
+    int full = mc / MR * MR;
+    if (transA && full > 0)
+        for (int k = 0; k < kc; k++) {
+            const float *src = A + (size_t)(k0 + k) * lda + i0;
+            float *dst = ap + (size_t)k * MR;
+            for (int p = 0; p < full; p += MR, dst += (size_t)MR * kc)
+                for (int r = 0; r < MR; r++) dst[r] = src[p + r];
+        }
 }
 
 /* Pack one NR-column panel of op(B)[k0 .. k0+kc, j0 .. j0+nr]: bp[k*NR + c], zero past nr. */
