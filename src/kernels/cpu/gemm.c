@@ -105,8 +105,6 @@ static int gemm_team(int M, int N, int K) { return kt_team((double)M * N * K * K
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* Pack op(A)[i0 .. i0+mc, k0 .. k0+kc] as MR-row panels: ap[(p/MR)*kc*MR + k*MR + r]; rows past
- * mc are zero so the micro-kernel never needs an edge case. */
 /* Values of k packed per pass over the rows of a panel: one 64-byte line of each row. Used for rows
  * at least PACK_KB_STRIDE floats (2 KB) apart, where the rows of a panel fall in few L1 sets; with
  * closer rows the one-k-at-a-time copy, whose stores are contiguous, was 2% faster (Zen 4,
@@ -114,24 +112,32 @@ static int imin(int a, int b) { return a < b ? a : b; }
 #define PACK_KB 16
 #define PACK_KB_STRIDE 512
 
+/* dst[k * W + r] = row r's element k for the n <= W rows at src + r ld (k < kc), 0 for r >= n: the
+ * gather of a panel whose W lanes are rows read along k (untransposed A, transposed B). W is MR
+ * or NR, a constant after inlining. */
+static inline void gather_rows(float *restrict dst, int W, const float *src, size_t ld, int n, int kc) {
+    const float *rows[NR > MR ? NR : MR];
+    for (int r = 0; r < W; r++) rows[r] = src + (size_t)(r < n ? r : 0) * ld;
+    int k = 0;
+    if (ld >= PACK_KB_STRIDE) /* a row's line read whole before the next row's */
+        for (; k + PACK_KB <= kc; k += PACK_KB)
+            for (int r = 0; r < W; r++)
+                for (int q = 0; q < PACK_KB; q++) dst[(k + q) * W + r] = r < n ? rows[r][k + q] : 0.0f;
+    for (; k < kc; k++) {
+        for (int r = 0; r < n; r++) dst[k * W + r] = rows[r][k];
+        for (int r = n; r < W; r++) dst[k * W + r] = 0.0f;
+    }
+}
+
+/* Pack op(A)[i0 .. i0+mc, k0 .. k0+kc] as MR-row panels: ap[(p/MR)*kc*MR + k*MR + r]; rows past
+ * mc are zero so the micro-kernel never needs an edge case. */
 static void pack_a(float *restrict ap, const float *A, int lda, int transA, int i0, int mc, int k0,
                    int kc) {
     for (int p = 0; p < mc; p += MR) {
         int mr = imin(MR, mc - p);
         float *dst = ap + (size_t)p * kc;
-        if (!transA) { /* PACK_KB values of k at a time, as pack_b_panel's transposed case */
-            const float *rows[MR];
-            for (int r = 0; r < MR; r++) rows[r] = A + (size_t)(i0 + p + (r < mr ? r : 0)) * lda + k0;
-            int k = 0;
-            if (lda >= PACK_KB_STRIDE) {
-                for (; k + PACK_KB <= kc; k += PACK_KB)
-                    for (int r = 0; r < MR; r++)
-                        for (int q = 0; q < PACK_KB; q++) dst[(k + q) * MR + r] = r < mr ? rows[r][k + q] : 0.0f;
-            }
-            for (; k < kc; k++) {
-                for (int r = 0; r < mr; r++) dst[k * MR + r] = rows[r][k];
-                for (int r = mr; r < MR; r++) dst[k * MR + r] = 0.0f;
-            }
+        if (!transA) {
+            gather_rows(dst, MR, A + (size_t)(i0 + p) * lda + k0, (size_t)lda, mr, kc);
         } else if (mr < MR) { /* op(A)[i, k] = A[k, i]: the last, partial panel */
             for (int k = 0; k < kc; k++) {
                 const float *src = A + (size_t)(k0 + k) * lda + i0 + p;
@@ -163,21 +169,7 @@ static void pack_b_panel(float *restrict bp, const float *B, int ldb, int transB
             for (int c = nr; c < NR; c++) bp[k * NR + c] = 0.0f;
         }
     } else { /* op(B)[k, j] = B[j, k]: gather from NR rows of B, each read in order */
-        const float *cols[NR];
-        for (int c = 0; c < NR; c++) cols[c] = B + (size_t)(j0 + (c < nr ? c : 0)) * ldb + k0;
-        /* PACK_KB values of k at a time, a row's cache line read whole before the next row: one
-         * k at a time would touch each of the NR rows' lines PACK_KB times over, and with a
-         * power-of-two ldb (1024 floats: every row in the same L1 sets) they do not stay */
-        int k = 0;
-        if (ldb >= PACK_KB_STRIDE) {
-            for (; k + PACK_KB <= kc; k += PACK_KB)
-                for (int c = 0; c < NR; c++)
-                    for (int q = 0; q < PACK_KB; q++) bp[(k + q) * NR + c] = c < nr ? cols[c][k + q] : 0.0f;
-        }
-        for (; k < kc; k++) {
-            for (int c = 0; c < nr; c++) bp[k * NR + c] = cols[c][k];
-            for (int c = nr; c < NR; c++) bp[k * NR + c] = 0.0f;
-        }
+        gather_rows(bp, NR, B + (size_t)j0 * ldb + k0, (size_t)ldb, nr, kc);
     }
 }
 
