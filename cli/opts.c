@@ -163,10 +163,19 @@ static int parse_long(const CmdSpec *c, int argc, char **argv, int *i, OptArgs *
     }
     const OptSpec *o = NULL;
     const OptKeys *keys = NULL;
+    const char *kname = name; /* the key's own name: after "section." in --task.seed */
     for (int j = 0; j < c->n_opts && !o; j++)
         if (!strcmp(c->opts[j].name, name)) o = &c->opts[j];
-    for (int t = 0; t < c->n_keys && !o && !keys; t++)
-        if (key_accepted(&c->keys[t], name)) keys = &c->keys[t];
+    /* --key goes to the first table that has it; --SECTION.key to that section's table (a name
+     * several tables share, such as seed, reaches the later ones this way) */
+    const char *dot = strchr(name, '.');
+    for (int t = 0; t < c->n_keys && !o && !keys; t++) {
+        const char *sec = c->keys[t].tab->section;
+        if (!dot && key_accepted(&c->keys[t], name)) keys = &c->keys[t];
+        else if (dot && strlen(sec) == (size_t)(dot - name) && !strncmp(sec, name, (size_t)(dot - name)) &&
+                 key_accepted(&c->keys[t], dot + 1))
+            keys = &c->keys[t], kname = dot + 1;
+    }
     if (!o && !keys) {
         const char *near = name[0] ? closest_option(c, name) : NULL;
         if (near) snprintf(out->hint, sizeof out->hint, "did you mean --%s? (`implicit %s --help` lists the options)", near, c->name);
@@ -181,7 +190,7 @@ static int parse_long(const CmdSpec *c, int argc, char **argv, int *i, OptArgs *
         value = argv[++*i];
     } else {
         static const char *const key_meta[] = {"N", "X", "S"};   /* KEY_INT, KEY_FLOAT, KEY_STR */
-        snprintf(out->hint, sizeof out->hint, "--%s %s", name, o ? o->meta : key_meta[keytab_find(keys->tab, name)->type]);
+        snprintf(out->hint, sizeof out->hint, "--%s %s", name, o ? o->meta : key_meta[keytab_find(keys->tab, kname)->type]);
         return err_set(IM_EINVAL, "option '--%s' needs a value", name);
     }
     if (o) {
@@ -190,8 +199,8 @@ static int parse_long(const CmdSpec *c, int argc, char **argv, int *i, OptArgs *
         ++*n_pend;
         return IM_OK;
     }
-    if (check_key(keys->tab, keytab_find(keys->tab, name), value)) return bad(out, hint, IM_EINVAL);
-    out->kv[out->n_kv++] = (OptKV){keys->tab, keytab_find(keys->tab, name)->name, value};
+    if (check_key(keys->tab, keytab_find(keys->tab, kname), value)) return bad(out, hint, IM_EINVAL);
+    out->kv[out->n_kv++] = (OptKV){keys->tab, keytab_find(keys->tab, kname)->name, value};
     return IM_OK;
 }
 
@@ -292,7 +301,15 @@ static size_t keytab_span(const KeyTab *t) {
     return end;
 }
 
-static void print_keys(const OptKeys *k, FILE *f) {
+/* The table before keys[t] that takes the name (so that --name never reaches keys[t]), or NULL. */
+static const KeyTab *key_shadowed(const CmdSpec *c, int t, const char *name) {
+    for (int u = 0; u < t; u++)
+        if (key_accepted(&c->keys[u], name)) return c->keys[u].tab;
+    return NULL;
+}
+
+static void print_keys(const CmdSpec *c, int t, FILE *f) {
+    const OptKeys *k = &c->keys[t];
     if (!k->listed) {
         fprintf(f, "\n%s keys: any key of `implicit %s --help` as --key value\n", k->tab->section,
                 !strcmp(k->tab->section, "model") ? "init" : "train");
@@ -302,8 +319,15 @@ static void print_keys(const OptKeys *k, FILE *f) {
     void *obj = calloc(1, keytab_span(k->tab) + sizeof(double));
     if (!obj) return;
     keytab_defaults(k->tab, obj);
-    for (int i = 0; i < k->tab->n; i++)
-        if (key_accepted(k, k->tab->keys[i].name)) keytab_print_key(k->tab, &k->tab->keys[i], obj, f);
+    for (int i = 0; i < k->tab->n; i++) {
+        const char *name = k->tab->keys[i].name;
+        if (!key_accepted(k, name)) continue;
+        keytab_print_key(k->tab, &k->tab->keys[i], obj, f);
+        const KeyTab *first = key_shadowed(c, t, name);
+        if (first)
+            fprintf(f, "      (set this one with --%s.%s: --%s is the %s key)\n", k->tab->section, name, name,
+                    first->section);
+    }
     free(obj);
 }
 
@@ -335,7 +359,7 @@ void opts_help(const CmdSpec *c, const void *args, FILE *f) {
     }
     fprintf(f, "  %-24s %-14s %s\n  %-24s %-14s %s\n", "-h, --help", "", "print this help and exit", "-V, --version", "",
             "print the version and exit");
-    for (int t = 0; t < c->n_keys; t++) print_keys(&c->keys[t], f);
+    for (int t = 0; t < c->n_keys; t++) print_keys(c, t, f);
     fprintf(f, "\nOptions are --key value or --key=value, in any order with the arguments; -- ends them.\n");
 }
 

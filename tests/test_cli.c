@@ -12,6 +12,7 @@
 #include "../cli/opts.h"
 #include "../src/core/check.h"
 #include "../src/train/progress.h"
+#include "../src/data/task.h"
 #include "../src/train/train_cfg.h"
 
 /* ---- the parser ------------------------------------------------------------------------------- */
@@ -125,6 +126,39 @@ static void test_parse_errors(void) {
     expect_error((const char *const[]){"a", "b", "c", NULL}, "unexpected argument 'c'", NULL);
     TH_CHECK(!strcmp(opts_closest("trian", (const char *const[]){"info", "train", "eval"}, 3), "train"), "trian");
     TH_CHECK(opts_closest("xyzzy", (const char *const[]){"info", "train", "eval"}, 3) == NULL, "no close name");
+}
+
+/* A name two tables share (seed: task and train) goes to the first with --seed and to either
+ * with --SECTION.seed; a section or key the command does not have is an unknown option. */
+static void test_parse_sections(void) {
+    static const OptKeys K2[] = {{&task_keytab, NULL, 1}, {&train_keytab, NULL, 1}};
+    static const CmdSpec C2 = {"two", "", "two key tables", NULL, NULL, 0, K2, 2, 0, 0};
+    static char w[8][32] = {"--seed", "3", "--train.seed", "5", "--task.train_len=9", "--train.steps", "7"};
+    char *argv[8];
+    for (int i = 0; i < 7; i++) argv[i] = w[i];
+    OptArgs o;
+    TH_CHECK(opts_parse(&C2, NULL, 7, argv, &o) == IM_OK, "sections: %s", err_msg());
+    TH_CHECK(o.n_kv == 4 && o.kv[0].tab == &task_keytab && !strcmp(o.kv[0].key, "seed") && o.kv[1].tab == &train_keytab &&
+                 !strcmp(o.kv[1].key, "seed") && !strcmp(o.kv[1].value, "5") && o.kv[2].tab == &task_keytab &&
+                 !strcmp(o.kv[2].key, "train_len") && !strcmp(o.kv[2].value, "9") && o.kv[3].tab == &train_keytab,
+             "--seed to the task, --train.seed to train, --task.train_len=9, --train.steps");
+    opts_free(&o);
+    static const char *const bad[][2] = {{"--model.seed", "1"}, {"--task.steps", "1"}, {"--train.", "1"}, {"--.seed", "1"}};
+    for (int b = 0; b < 4; b++) {
+        char w0[32], w1[32], *av[2] = {w0, w1};
+        snprintf(w0, sizeof w0, "%s", bad[b][0]), snprintf(w1, sizeof w1, "%s", bad[b][1]);
+        TH_CHECK(opts_parse(&C2, NULL, 2, av, &o) == IM_EINVAL && strstr(err_msg(), "unknown option"), "%s: %s", bad[b][0],
+                 err_msg());
+        opts_free(&o);
+    }
+    FILE *f = tmpfile();
+    opts_help(&C2, NULL, f);
+    rewind(f);
+    char line[512];
+    int note = 0;
+    while (fgets(line, sizeof line, f)) note += strstr(line, "--train.seed") != NULL;
+    fclose(f);
+    TH_CHECK(note == 1, "--help names --train.seed once for the shadowed key (%d)", note);
 }
 
 static void test_parse_help(void) {
@@ -368,6 +402,7 @@ int main(int argc, char **argv) {
     test_parse_both_syntaxes();
     test_parse_values();
     test_parse_errors();
+    test_parse_sections();
     test_parse_help();
     test_progress_format();
     test_progress_note();

@@ -3,7 +3,8 @@
 # `implicit train CONFIG` accepts it (model, task and train keys valid together) and takes one
 # step, with the evaluation cut to two samples of length 4 so the check stays fast (~0.2 s a
 # config). Also that a config with an unknown key, a bad value or a broken JSON file is refused
-# with the offending key or position named, before anything is written. `make` installs this
+# with the offending key or position named, before anything is written; and that a key two tables
+# share reaches each (--seed: the task's data seed; --train.seed: the initialisation seed). `make` installs this
 # script as BUILD/test_configs beside the binary; tests/run.sh runs it from the repository root.
 dir=$(cd "$(dirname "$0")" && pwd)
 imp="$dir/implicit"
@@ -31,5 +32,12 @@ refuse() {   # refuse NAME JSON WANT
 refuse unknown_key '{"model": {"model": "mamba2", "d_modle": 64}, "task": {"task": "word"}}' "d_modle"
 refuse bad_value '{"model": {"model": "mamba2"}, "task": {"task": "word", "len_curriculum": "64:10"}}' "len_curriculum"
 refuse bad_json '{"model": {"model": "mamba2",, }}' "json\|JSON"
+# a key two tables share: --seed is the task's (data) seed, --train.seed the initialisation's
+if "$imp" train configs/demo.json $quick --seed 3 --train.seed 5 --out "$tmp/seeds" > "$tmp/seeds.log" 2>&1; then
+    cfg=$(tr -d '\n' < "$tmp/seeds/config.json")
+    task=$(echo "$cfg" | sed 's/.*"task": {\([^}]*\)}.*/\1/'); train=$(echo "$cfg" | sed 's/.*"train": {\([^}]*\)}.*/\1/')
+    if echo "$task" | grep -q '"seed": 3' && echo "$train" | grep -q '"seed": 5'; then ok
+    else bad "--seed 3 --train.seed 5: task {$task} train {$train}"; fi
+else bad "--train.seed: $(tail -n 2 "$tmp/seeds.log")"; fi
 echo "test_configs: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
