@@ -535,7 +535,8 @@ static void log_step(Trainer *t, double loss, double acc, double gnorm, float lr
     json_buf_key(&b, "lr"); json_buf_num(&b, lr);
     json_buf_key(&b, "tok_s"); json_buf_num(&b, tok_s);
     json_buf_key(&b, "elapsed"); json_buf_num(&b, elapsed);
-    if (strcmp(task_cfg(t->task)->len_curriculum, "")) {   /* the length of the step just taken */
+    const char *cur = task_cfg(t->task)->len_curriculum;
+    if (cur[strspn(cur, " ")]) {   /* a curriculum (as the task reads the key): the length of the step just taken */
         json_buf_key(&b, "train_len"); json_buf_int(&b, task_train_len_at(t->task, (uint64_t)(t->step - 1)));
     }
     if (t->model.fp_phase) {
