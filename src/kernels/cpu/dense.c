@@ -224,26 +224,51 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
 
 /* ---- LayerNorm --------------------------------------------------------------------------------- */
 
-/* As ref/dense.c, rows split over threads; the parameter gradients split over columns, each
- * summed over rows in order, so every output is the reference's sum in the reference's order. */
+/* Rows split over threads. The row statistics are lane-parallel float sums (vmath.h: the
+ * reference's left-to-right double sums are a chain of dependent adds, several times slower
+ * than the rest of the row at C 128-512); the mean first, then the squared deviations from it
+ * (two passes: no cancellation when |mean| >> spread). The parameter gradients split over
+ * columns, each summed over rows in order, as the reference. */
 void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
                      int M, int C, float eps) {
     KT_FOR(ROW_TEAM(M, C),
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C;
         float *yi = y + (size_t)i * C;
-        double s = 0, s2 = 0;
-        for (int c = 0; c < C; c++) s += xi[c];
-        double mu = s / C;
-        for (int c = 0; c < C; c++) {
-            double d = xi[c] - mu;
-            s2 += d * d;
-        }
-        float r = (float)(1.0 / sqrt(s2 / C + eps)), m = (float)mu;
+        float m = sum_lanes(xi, C) / (float)C;
+        float r = 1.0f / sqrtf(dev2_lanes(xi, m, C) / (float)C + eps);
         for (int c = 0; c < C; c++) yi[c] = (xi[c] - m) * r * w[c] + b[c];
         if (mean) mean[i] = m;
         if (rstd) rstd[i] = r;
     });
+}
+
+/* dx = r (g w - mean(g w) - xh mean(g w xh)), xh = (x - mean) r: the two row sums in one pass of
+ * lane-parallel partials. */
+static void layernorm_bwd_row(float *restrict dxi, const float *restrict gi, const float *restrict xi,
+                              const float *restrict w, float mu, float r, int C) {
+    float sa[LANES], sb[LANES];
+    for (int l = 0; l < LANES; l++) sa[l] = sb[l] = 0.0f;
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float gw = gi[c + l] * w[c + l], xh = (xi[c + l] - mu) * r;
+            sa[l] += gw;
+            sb[l] += gw * xh;
+        }
+    float a = 0.0f, bsum = 0.0f;
+    for (; c < C; c++) {
+        float gw = gi[c] * w[c], xh = (xi[c] - mu) * r;
+        a += gw;
+        bsum += gw * xh;
+    }
+    a += lanes_total(sa);
+    bsum += lanes_total(sb);
+    float ma = a / (float)C, mb = bsum / (float)C;
+    for (c = 0; c < C; c++) {
+        float xh = (xi[c] - mu) * r;
+        dxi[c] += r * (gi[c] * w[c] - ma - xh * mb);
+    }
 }
 
 void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
@@ -251,20 +276,8 @@ void k_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const flo
     if (dx)
         KT_FOR(ROW_TEAM(M, C),
         for (int i = 0; i < M; i++) {
-            const float *xi = x + (size_t)i * C, *gi = dy + (size_t)i * C;
-            float mu = mean[i], r = rstd[i];
-            double a = 0, bsum = 0;
-            for (int c = 0; c < C; c++) {
-                double gw = (double)gi[c] * w[c], xh = (xi[c] - mu) * r;
-                a += gw;
-                bsum += gw * xh;
-            }
-            float ma = (float)(a / C), mb = (float)(bsum / C);
-            float *dxi = dx + (size_t)i * C;
-            for (int c = 0; c < C; c++) {
-                float xh = (xi[c] - mu) * r;
-                dxi[c] += r * (gi[c] * w[c] - ma - xh * mb);
-            }
+            size_t o = (size_t)i * C;
+            layernorm_bwd_row(dx + o, dy + o, x + o, w, mean[i], rstd[i], C);
         });
     if (!dw && !db) return;
     /* column chunks, rows in order inside each (the reference's order per column), read row by

@@ -64,29 +64,57 @@ static void load_At(float *At, const float *A, int i0, int cw, int cs, int N) {
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-/* Per-thread forward workspace: h (N, CW_MAX), At (N, CW_MAX), u (CW_MAX), acc (CW_MAX). */
-static size_t fwd_ws_floats(int N) { return (2 * (size_t)N + 2) * CW_MAX; }
+/* Per-thread forward workspace: h (N, CW_MAX), At (N, CW_MAX), u, acc, dt (CW_MAX each). */
+static size_t fwd_ws_floats(int N) { return (2 * (size_t)N + 3) * CW_MAX; }
+
+/* Channels per inner chunk: the chunk's dt, dt x and readout stay in registers over the N states
+ * (one AVX-512 vector, two AVX2 ones); only the state rows go through memory. */
+#define FWD_CHUNK 16
+
+/* One chunk of FWD_CHUNK channels at one t: H_j = exp(dt A_j) H_j + (dt x) B_j for every j, and
+ * acc = sum_j C_j H_j. The same operations in the same order as a loop over c inside j. */
+static void fwd_chunk(float *restrict h, const float *restrict At, float *restrict acc,
+                      const float *restrict dtc, const float *restrict uc, const float *restrict bm,
+                      const float *restrict cm, int N) {
+    float a[FWD_CHUNK], dtv[FWD_CHUNK], uv[FWD_CHUNK];
+    for (int l = 0; l < FWD_CHUNK; l++) {
+        a[l] = 0.f;
+        dtv[l] = dtc[l];
+        uv[l] = uc[l];
+    }
+    for (int j = 0; j < N; j++) {
+        float bj = bm[j], cj = cm[j];
+        float *restrict hj = h + (size_t)j * CW_MAX;
+        const float *restrict aj = At + (size_t)j * CW_MAX;
+        for (int l = 0; l < FWD_CHUNK; l++) {
+            float hv = vexp(dtv[l] * aj[l]) * hj[l] + uv[l] * bj;
+            hj[l] = hv;
+            a[l] += cj * hv;
+        }
+    }
+    for (int l = 0; l < FWD_CHUNK; l++) acc[l] = a[l];
+}
 
 static void fwd_block(float *ws, float *y, float *h_out, const float *x, const float *dt,
                       const float *A, const float *Bm, const float *Cm, const float *D, int b,
                       int i0, int cw, int T, int E, int N) {
-    float *h = ws, *At = h + (size_t)N * CW_MAX, *u = At + (size_t)N * CW_MAX, *acc = u + CW_MAX;
+    float *h = ws, *At = h + (size_t)N * CW_MAX, *u = At + (size_t)N * CW_MAX, *acc = u + CW_MAX,
+          *dtb = acc + CW_MAX;
+    /* a narrow last block runs whole chunks: its padding lanes have A = 0, dt = 0, u = 0, so
+     * their states stay 0 and nothing of them is written out */
+    const int cwp = (cw + FWD_CHUNK - 1) / FWD_CHUNK * FWD_CHUNK;
+    memset(At, 0, sizeof(float) * (size_t)N * CW_MAX);
     load_At(At, A, i0, cw, CW_MAX, N);
     memset(h, 0, sizeof(float) * (size_t)N * CW_MAX);
+    for (int c = cw; c < cwp; c++) u[c] = dtb[c] = 0.f;
     for (int t = 0; t < T; t++) {
         size_t bt = (size_t)b * T + t, r = bt * E + i0;
         const float *xt = x + r, *dtt = dt + r, *bm = Bm + bt * N, *cm = Cm + bt * N;
-        for (int c = 0; c < cw; c++) { u[c] = dtt[c] * xt[c]; acc[c] = 0.f; }
-        for (int j = 0; j < N; j++) {
-            float bj = bm[j], cj = cm[j];
-            float *hj = h + (size_t)j * CW_MAX;
-            const float *aj = At + (size_t)j * CW_MAX;
-            for (int c = 0; c < cw; c++) {
-                float hv = vexp(dtt[c] * aj[c]) * hj[c] + u[c] * bj;
-                hj[c] = hv;
-                acc[c] += cj * hv;
-            }
+        for (int c = 0; c < cw; c++) {
+            dtb[c] = dtt[c];
+            u[c] = dtt[c] * xt[c];
         }
+        for (int c0 = 0; c0 < cwp; c0 += FWD_CHUNK) fwd_chunk(h + c0, At + c0, acc + c0, dtb + c0, u + c0, bm, cm, N);
         float *yt = y + r;
         if (D)
             for (int c = 0; c < cw; c++) yt[c] = acc[c] + D[i0 + c] * xt[c];

@@ -242,6 +242,25 @@ static inline float sum_lanes(const float *x, int n) {
     return s;
 }
 
+/* sum_i (x[i] - m)^2 (the second pass of a variance), same lane scheme. */
+static inline float dev2_lanes(const float *x, float m, int n) {
+    float acc[LANES];
+    for (int l = 0; l < LANES; l++) acc[l] = 0.0f;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float d = x[i + l] - m;
+            acc[l] += d * d;
+        }
+    float s = 0.0f;
+    for (; i < n; i++) {
+        float d = x[i] - m;
+        s += d * d;
+    }
+    s += lanes_total(acc);
+    return s;
+}
+
 /* max_i x[i] (NaNs may be dropped here; they reappear through exp(x - max) downstream). */
 static inline float max_lanes(const float *x, int n) {
     float acc[LANES];
