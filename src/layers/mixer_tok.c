@@ -13,15 +13,14 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/cpu/vmath.h"
 #include "mixer.h"
 
 #define PI_EPS 1e-12f /* F.normalize's default eps, used by the spectral power iteration (§2.3) */
 
-static float dotf(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+/* Lane-parallel (vmath.h): a left-to-right sum is one chain of dependent adds, and the Householder
+ * and DPLR mixers take two dots of width E per reflection, token and solver iteration. */
+static float dotf(const float *a, const float *b, int n) { return dot_lanes(a, b, n); }
 
 static void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
