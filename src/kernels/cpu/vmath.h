@@ -198,9 +198,14 @@ VMATH_FUNCS(VMATH_DECLARE)
  * where a left-to-right sum is a chain of LANES dependent adds, ~100 cycles per row). The order is
  * fixed, so results still depend on n only. acc is clobbered. */
 static inline float lanes_total(float *acc) {
-    for (int w = LANES / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
+    /* the halves spelled out: gcc leaves the nested loop (for w, for l < w) as a loop through the
+     * stack, ~10x the cost of these shuffles and adds */
+    _Static_assert(LANES == 32, "lanes_total adds 32 lanes");
+    for (int l = 0; l < 16; l++) acc[l] += acc[l + 16];
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+    return acc[0] + acc[1];
 }
 
 /* sum_i a[i] b[i] with LANES partial sums: depends on n only, never on threads. */
