@@ -181,9 +181,11 @@ static void recompute_row(float *restrict hc, float *restrict ac, const float *r
 
 /* acc[0] + ... + acc[VL-1] as a pairwise tree: a fixed order (clobbers acc). */
 static float tree_sum(float *acc) {
-    for (int w = VL / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
+    _Static_assert(VL == 16, "tree_sum adds 16 lanes"); /* halves spelled out, as lanes_total */
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+    return acc[0] + acc[1];
 }
 
 /* One state row j of the reverse step, over the block's channels:

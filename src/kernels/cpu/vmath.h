@@ -275,8 +275,12 @@ static inline float max_lanes(const float *x, int n) {
         for (int l = 0; l < LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
     float m = -INFINITY;
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    for (int w = LANES / 2; w >= 1; w /= 2) /* pairwise, as lanes_total */
-        for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+    /* pairwise, the halves spelled out as in lanes_total */
+    for (int l = 0; l < 16; l++) acc[l] = acc[l + 16] > acc[l] ? acc[l + 16] : acc[l];
+    for (int l = 0; l < 8; l++) acc[l] = acc[l + 8] > acc[l] ? acc[l + 8] : acc[l];
+    for (int l = 0; l < 4; l++) acc[l] = acc[l + 4] > acc[l] ? acc[l + 4] : acc[l];
+    for (int l = 0; l < 2; l++) acc[l] = acc[l + 2] > acc[l] ? acc[l + 2] : acc[l];
+    acc[0] = acc[1] > acc[0] ? acc[1] : acc[0];
     return acc[0] > m ? acc[0] : m;
 }
 
