@@ -180,7 +180,7 @@ static void recompute_row(float *restrict hc, float *restrict ac, const float *r
 #define VL 16
 
 /* acc[0] + ... + acc[VL-1] as a pairwise tree: a fixed order (clobbers acc). */
-static float tree_sum(float *acc) {
+static inline float tree_sum(float *acc) {
     _Static_assert(VL == 16, "tree_sum adds 16 lanes"); /* halves spelled out, as lanes_total */
     for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
     for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
@@ -372,12 +372,8 @@ static inline float step_channel(float *ho, const float *hi, const float *restri
         s += cm[j] * h1;
         if (ho) ho[j] = h1;
     }
-    /* pairwise, the halves spelled out (as vmath.h's lanes_total) */
-    _Static_assert(SL == 16, "the step's tree adds 16 lanes");
-    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
-    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
-    for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
-    return s + (acc[0] + acc[1]);
+    _Static_assert(SL == VL, "the step's dot uses the backward's 16-lane tree");
+    return s + tree_sum(acc);
 }
 
 /* Four channels at once when N == SL (the common N 16): each channel's exp is a chain of ~15
@@ -395,13 +391,7 @@ static void step_4channels(float *y4, float *ho, const float *hi,
     for (int k = 0; k < 4; k++)
         for (int l = 0; l < SL; l++) acc[k][l] = cm[l] * hn[k][l];
     if (ho) memcpy(ho, hn, sizeof hn);
-    for (int k = 0; k < 4; k++) {
-        float *a = acc[k];
-        for (int l = 0; l < 8; l++) a[l] += a[l + 8];
-        for (int l = 0; l < 4; l++) a[l] += a[l + 4];
-        for (int l = 0; l < 2; l++) a[l] += a[l + 2];
-        y4[k] = 0.f + (a[0] + a[1]);
-    }
+    for (int k = 0; k < 4; k++) y4[k] = 0.f + tree_sum(acc[k]);
 }
 
 void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
