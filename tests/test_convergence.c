@@ -294,7 +294,8 @@ static void trainer_logs(Task *t) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
         if (strstr(line, "\"type\":\"train\"") || strstr(line, "\"type\": \"train\"")) train++, conv += strstr(line, "\"fp_conv\"") != NULL;
-        if ((strstr(line, "\"type\":\"gap\"") || strstr(line, "\"type\": \"gap\"")) && strstr(line, "\"tight\"")) gaps++;
+        if ((strstr(line, "\"type\":\"gap\"") || strstr(line, "\"type\": \"gap\"")) && strstr(line, "\"tight\"") &&
+            strstr(line, "\"tok_acc_tight\"")) gaps++;
         line = nl ? nl + 1 : NULL;
     }
     TH_CHECK(train == 3 && conv == 3, "train records %d, with fp_conv %d (want 3, 3)", train, conv);

@@ -412,7 +412,8 @@ static void log_eval(Trainer *t, const EvalRow *r) {
     json_buf_free(&b);
 }
 
-/* One "gap" record: the best metric and the loss at the training cap and at the tight solve. */
+/* One "gap" record: the best metric, the loss and the token accuracy at the training cap and at the
+ * tight solve (a language model's best metric is its loss; its accuracy gap reads in points). */
 static void log_gap(Trainer *t, const EvalGap *g, double v_train, double v_tight) {
     if (!t->log) return;
     const EvalRow *a = &g->train_cap, *z = &g->tight;
@@ -430,6 +431,8 @@ static void log_gap(Trainer *t, const EvalGap *g, double v_train, double v_tight
     json_buf_kv_num(&b, "gap", v_train - v_tight);
     json_buf_kv_num(&b, "loss_train_cap", a->loss);
     json_buf_kv_num(&b, "loss_tight", z->loss);
+    json_buf_kv_num(&b, "tok_acc_train_cap", a->tok_acc);
+    json_buf_kv_num(&b, "tok_acc_tight", z->tok_acc);
     json_buf_kv_num(&b, "iters_train_cap", a->iters);
     json_buf_kv_num(&b, "iters_tight", z->iters);
     if (a->conv_sim >= 0) json_buf_kv_num(&b, "conv_train_cap", a->conv_sim);
