@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../src/kernels/cpu/seq_mm.h"
 #include "../src/kernels/cpu/ssd_paths.h"
 #include "../src/kernels/kernels.h"
 #include "th.h"
@@ -337,6 +338,35 @@ static void test_ssd_paths(Rng *r) {
     ssd_grad_free(&gr);
     free(y0); free(sv0); free(h0r); free(dy); free(dhT);
     ssd_in_free(&s);
+}
+
+/* kseq_dot (seq_mm.h, inline in the step and attention kernels) against a double sum, every length
+ * from 0 to 80 and a few long rows: each product is rounded once and each sum goes through at
+ * most ceil(n / 16) + 4 float additions (16 lane sums, then the 4-level tree), so the error is
+ * below (ceil(n / 16) + 5) u sum |a_i b_i|, u = 2^-24. Also: the same row at an offset in memory
+ * gives the same bits (the lanes follow the index, not the alignment). */
+static void test_seq_dot(Rng *r) {
+    enum { NMAX = 300 };
+    float a[NMAX + 3], b[NMAX + 3];
+    double worst = 0;
+    static const int longs[] = {127, 128, 255, 300};
+    for (int k = 0; k <= 80 + 4; k++) {
+        int n = k <= 80 ? k : longs[k - 81];
+        for (int i = 0; i < n + 3; i++) a[i] = rng_normal(r), b[i] = rng_normal(r);
+        double exact = 0, mag = 0;
+        for (int i = 0; i < n; i++) exact += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]);
+        float got = kseq_dot(a, b, n);
+        double bound = ((n + 15) / 16 + 5) * ldexp(1.0, -24) * mag;
+        TH_CHECK(fabs(got - exact) <= bound, "kseq_dot n %d: %.9g vs %.9g (bound %.3g)", n, got, exact, bound);
+        if (mag > 0 && fabs(got - exact) / mag > worst) worst = fabs(got - exact) / mag;
+        float shifted[NMAX + 3], sb[NMAX + 3]; /* the same values one float further on */
+        memcpy(shifted + 1, a, sizeof(float) * (size_t)n);
+        memcpy(sb + 1, b, sizeof(float) * (size_t)n);
+        float again = kseq_dot(shifted + 1, sb + 1, n);
+        TH_CHECK(memcmp(&got, &again, sizeof got) == 0, "kseq_dot n %d depends on alignment", n);
+        if (n == 0) TH_CHECK(got == 0.0f, "kseq_dot of nothing is %g", got);
+    }
+    printf("  kseq_dot: worst error %.2g x sum|ab| over n = 0..80, 127, 128, 255, 300\n", worst);
 }
 
 /* ssd_step applied T times equals ssd_fwd (both the fast and the reference pair). */
@@ -698,6 +728,9 @@ int main(void) {
     test_ssd_paths(&r);
     test_ssd_step(2, 7, 3, 5, 3, &r);
     test_ssd_step(2, 100, 2, 4, 7, &r);
+    test_ssd_step(2, 20, 2, 16, 16, &r); /* whole 16-lane rows: the generation shape */
+    test_ssd_step(1, 9, 3, 8, 37, &r);   /* two whole rows and a tail */
+    test_seq_dot(&r);
 
     test_rope(2, 5, 3, 8, 0, &r);
     test_rope(1, 7, 2, 6, 1000, &r);

@@ -32,7 +32,8 @@ void kseq_mm(float *pk, int M, int N, int K, const float *A, int lda, int ta, co
 /* sum_i a[i] b[i] with 16 fixed partial sums: part[j] sums the i = j mod 16, then the pairwise tree
  * part[j] += part[j + w] for w = 8, 4, 2, 1; the same on every thread. Inline: the sequence
  * kernels call it on rows of 16..128 floats, where a call costs as much as the arithmetic. The
- * partial sums are one 16-float GNU C vector and the tree its halves: written as a float array,
+ * partial sums are one 16-float GNU C vector (two 8-float halves without AVX-512) and the tree its
+ * halves: written as a float array,
  * gcc kept them in memory and the tree as dependent scalar loads and stores (the SSD step of
  * batch-1 generation spent most of its time there); the sums are the same, bit for bit. */
 typedef float kseq_v16 __attribute__((vector_size(16 * sizeof(float))));
@@ -40,26 +41,53 @@ typedef float kseq_v8 __attribute__((vector_size(8 * sizeof(float))));
 typedef float kseq_v4 __attribute__((vector_size(4 * sizeof(float))));
 
 static inline float kseq_dot(const float *a, const float *b, int n) {
-    kseq_v16 part = {0}, va, vb;
+    kseq_v8 lo, hi; /* lanes 0..7 and 8..15 of the partial sums */
     int i = 0;
+    float ta[16], tb[16]; /* the tail, lane i mod 16; the other lanes add 0 * -0 = -0, which leaves
+                           * any sum as it is (x + -0 = x, also for x = -0) */
+    int tail = n % 16;
+    if (tail) {
+        for (int j = 0; j < 16; j++) ta[j] = 0.0f, tb[j] = -0.0f;
+        memcpy(ta, a + (n - tail), sizeof(float) * (size_t)tail);
+        memcpy(tb, b + (n - tail), sizeof(float) * (size_t)tail);
+    }
+#if defined(__AVX512F__)
+    kseq_v16 part = {0}, va, vb;
     for (; i + 16 <= n; i += 16) {
         memcpy(&va, a + i, sizeof va);
         memcpy(&vb, b + i, sizeof vb);
         part += va * vb;
     }
-    if (i < n) { /* the tail, lane i mod 16; the other lanes add 0 * -0 = -0, which leaves any
-                  * sum as it is (x + -0 = x, also for x = -0) */
-        float ta[16] = {0}, tb[16];
-        for (int j = 0; j < 16; j++) tb[j] = -0.0f;
-        memcpy(ta, a + i, sizeof(float) * (size_t)(n - i));
-        memcpy(tb, b + i, sizeof(float) * (size_t)(n - i));
+    if (tail) {
         memcpy(&va, ta, sizeof va);
         memcpy(&vb, tb, sizeof vb);
         part += va * vb;
     }
     /* halves by lane (not through memory: an address taken keeps part on the stack in the loop) */
-    kseq_v8 lo = {part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7]};
-    kseq_v8 hi = {part[8], part[9], part[10], part[11], part[12], part[13], part[14], part[15]};
+    lo = (kseq_v8){part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7]};
+    hi = (kseq_v8){part[8], part[9], part[10], part[11], part[12], part[13], part[14], part[15]};
+#else
+    /* two 8-float halves: without 512-bit registers gcc keeps a 16-float vector on the stack, a
+     * store and a reload per step (the SSD step ran 4x slower than on AVX-512); same sums */
+    kseq_v8 a0, a1, b0, b1;
+    lo = (kseq_v8){0}, hi = (kseq_v8){0};
+    for (; i + 16 <= n; i += 16) {
+        memcpy(&a0, a + i, sizeof a0);
+        memcpy(&a1, a + i + 8, sizeof a1);
+        memcpy(&b0, b + i, sizeof b0);
+        memcpy(&b1, b + i + 8, sizeof b1);
+        lo += a0 * b0;
+        hi += a1 * b1;
+    }
+    if (tail) {
+        memcpy(&a0, ta, sizeof a0);
+        memcpy(&a1, ta + 8, sizeof a1);
+        memcpy(&b0, tb, sizeof b0);
+        memcpy(&b1, tb + 8, sizeof b1);
+        lo += a0 * b0;
+        hi += a1 * b1;
+    }
+#endif
     lo += hi;
     kseq_v4 l4 = {lo[0], lo[1], lo[2], lo[3]}, h4 = {lo[4], lo[5], lo[6], lo[7]};
     l4 += h4;
