@@ -717,7 +717,10 @@ int main(void) {
     test_ssd_fd(1, 70, 1, 2, 3, &r); /* crosses a chunk boundary */
     static const int shapes[][5] = {{1, 1, 1, 1, 1}, {2, 7, 3, 5, 3}, {2, 64, 2, 4, 7},
                                     {1, 100, 2, 3, 5}, {2, 130, 3, 5, 9}, {1, 129, 1, 16, 16},
-                                    {1, 65, 2, 17, 33}, {1, 70, 1, 9, 80}, {1, 66, 2, 72, 5}};
+                                    {1, 65, 2, 17, 33}, {1, 70, 1, 9, 80}, {1, 66, 2, 72, 5},
+                                    /* the scan's other state shapes where the vectors are 8 or
+                                     * 4 floats wide (AVX2, SSE; chunked with AVX-512) */
+                                    {2, 70, 2, 8, 16}, {1, 66, 3, 16, 8}, {1, 40, 1, 8, 32}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int *d = shapes[i];
         for (int m = 0; m < 4; m++) /* h0 and hT present or not */

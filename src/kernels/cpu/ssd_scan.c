@@ -122,8 +122,52 @@ static inline __attribute__((always_inline)) void fwd_run(float *y, vf *ST, cons
     memcpy(ST, st, sizeof(vf) * N * NP);
 }
 
+#if VW < 16
+/* fwd_run without 512-bit registers: a 16 x 16 state is 32 AVX2 (64 SSE) vectors, more than the
+ * 16 registers, so fwd_run stores and reloads all of it every token. Here the chunk is swept once
+ * per column block j of P and group of NG states, whose NG vectors stay in registers; y collects
+ * the groups' partial sums in memory: y = D x + (((y_0) + y_1) + ...), groups in order. */
+#define NG 8
+static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, vf *ST, const float *at,
+                                                                  const BhIn *v, int t0, int t1,
+                                                                  const int P, const int N) {
+    const size_t ld = (size_t)v->H * P;
+    const int NP = P / VW;
+    for (int j = 0; j < NP; j++)
+        for (int g = 0; g < N; g += NG) {
+            vf st[NG];
+            for (int k = 0; k < NG; k++) st[k] = ST[(g + k) * NP + j];
+            for (int t = t0; t < t1; t++) {
+                const float *bt = v->Bm + (size_t)t * N + g, *ct = v->Cm + (size_t)t * N + g;
+                float dtt = v->dt[(size_t)t * v->H], a = at[t - t0], *yt = y + t * ld + j * VW;
+                vf x = vload(v->x + t * ld + j * VW), y0 = {0}, y1 = {0};
+                for (int k = 0; k < NG; k += 2) {
+                    vf s0 = a * st[k] + (dtt * bt[k]) * x;
+                    vf s1 = a * st[k + 1] + (dtt * bt[k + 1]) * x;
+                    st[k] = s0;
+                    st[k + 1] = s1;
+                    y0 += ct[k] * s0;
+                    y1 += ct[k + 1] * s1;
+                }
+                vf part = y0 + y1;
+                if (g > 0) part = vload(yt) + part;
+                if (g + NG >= N) part = v->D * x + part;
+                vstore(yt, part);
+            }
+            for (int k = 0; k < NG; k++) ST[(g + k) * NP + j] = st[k];
+        }
+}
+#endif
+
 /* Generic and specialised copies of fwd_run (P, N compile-time constants in the latter). */
 static void fwd_run_any(float *y, vf *ST, const float *at, const BhIn *v, int t0, int t1) {
+#if VW < 16
+    if (v->N % NG == 0) {
+        if (v->P == 16 && v->N == 16) fwd_run_grouped(y, ST, at, v, t0, t1, 16, 16);
+        else fwd_run_grouped(y, ST, at, v, t0, t1, v->P, v->N);
+        return;
+    }
+#endif
     if (v->P == 16 && v->N == 16) fwd_run(y, ST, at, v, t0, t1, 16, 16);
     else fwd_run(y, ST, at, v, t0, t1, v->P, v->N);
 }
