@@ -25,9 +25,10 @@
  *                smaller than 2.61e-37 in magnitude). silu(-inf) = -0, silu(+inf) = +inf.
  *   vtanh(x)     <= 2 ulp [1.33] everywhere; odd (tanh(-0) = -0, subnormals returned as they
  *                are); exactly +-1 for |x| > 9.01 and at +-inf.
- *   vsoftplus(x) log(1 + e^x): <= 2.5 ulp [1.99] where the result is >= FLT_MIN; below, absolute
- *                error < FLT_MIN (0 for x < -87.34). Exactly x for x > 16.7 (PyTorch's
- *                threshold-20 rule gives the same floats), +inf at +inf, 0 at -inf.
+ *   vsoftplus(x) log(1 + e^x): <= 2.5 ulp [1.52; the log_core form without FMA: 1.99] where the
+ *                result is >= FLT_MIN; below, absolute error < FLT_MIN (0 for x < -87.34).
+ *                Exactly x for x > 16.7 (PyTorch's threshold-20 rule gives the same floats),
+ *                +inf at +inf, 0 at -inf.
  *   vexpm1(x)    e^x - 1: <= 2 ulp [1.44] everywhere, subnormals included (x returned for
  *                |x| < 2^-24 within the bound); exactly -1 for x < -17.5 and at -inf, +inf above
  *                EXP_HI; expm1(+-0) = +-0.
@@ -147,13 +148,34 @@ static inline float vtanh(float x) {
     return u2f(f2u(r) | (f2u(x) & 0x80000000u));
 }
 
-/* softplus(x) = max(x, 0) + log1p(e^-|x|). log1p(u), u in [0, 1], as log(w) with w = 1 + u plus
- * the first-order correction (u - (w - 1)) / w for the rounding of w: w is in [1, 2], so
- * log_core needs no special cases. */
+/* softplus(x) = max(x, 0) + log1p(e^-|x|), u = e^-|x| in [0, 1].
+ * With FMA: log1p(u) = 2 atanh(s), s = u / (2 + u) in [0, 1/3], by the atanh series
+ * 2 s (1 + z/3 + ... + z^6/13), z = s^2 <= 1/9 (the first term left out, z^7/15, is below 2^-26
+ * relative). s is carried to about twice float precision: d = 2 + u is rounded, e = (2 - d) + u
+ * its exact error, r = u - s d the division's exact residual (one FMA), so u / (2 + u) =
+ * s + (r - s e) / d to second order, and 1 / d = (1 - s) / 2 exactly. No log_core: 1.3x faster
+ * than the form below, and more accurate.
+ * Without FMA (r is not exact there): log(w), w = 1 + u, plus the first-order correction
+ * (u - (w - 1)) / w for the rounding of w: w is in [1, 2], so log_core needs no special cases. */
 static inline float vsoftplus(float x) {
     float u = vexp(-fabsf(x));
+#if defined(__FMA__)
+    float d = 2.0f + u, e = (2.0f - d) + u;
+    float s = u / d;
+    float r = __builtin_fmaf(-s, d, u);
+    float ds = (r - s * e) * ((1.0f - s) * 0.5f);
+    float z = s * s;
+    float q = 1.0f / 13;
+    q = q * z + 1.0f / 11;
+    q = q * z + 1.0f / 9;
+    q = q * z + 1.0f / 7;
+    q = q * z + 1.0f / 5;
+    q = q * z + 1.0f / 3;
+    float l1p = (s + s) + ((ds + ds) + (s + s) * z * q);
+#else
     float w = 1.0f + u;
     float l1p = log_core(w, 0.0f) + (u - (w - 1.0f)) / w;
+#endif
     return (x > 0.0f ? x : 0.0f) + l1p; /* NaN: u is NaN */
 }
 
