@@ -183,13 +183,13 @@ static inline float vsoftplus(float x) {
  * expm1(r) by its Taylor polynomial to degree 8 (|r| <= ln2 / 2: the first term left out is below
  * 2^-30 |r|), then 2^n expm1(r) + (2^n - 1), where 2^n - 1 is exact for |n| <= 24 and the sum
  * has no cancellation (2^n e^r - 1 with n != 0 is at least 0.29 in magnitude). Beyond |x| = 17
- * the -1 is below half an ulp (x > 17) or the result rounds to -1 (x < -17.5); the polynomial
- * path sees n clamped to +-25 so its bits stay well formed. */
+ * the -1 is below half an ulp (x > 17: the same polynomial times 2^n, no second exp) or the result
+ * rounds to -1 (x < -17.5); n is clamped to [-25, 129] so its bits stay well formed. */
 static inline float vexpm1(float x) {
     const float magic = 12582912.0f;
     float t = x * 1.44269504088896341f + magic;
     float n = t - magic;
-    n = n > 25.0f ? 25.0f : n;
+    n = n > 129.0f ? 129.0f : n;
     n = n < -25.0f ? -25.0f : n;
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -201,9 +201,13 @@ static inline float vexpm1(float x) {
     p = p * r + 1.66666666666666667e-1f; /* 1/3! */
     p = p * r + 0.5f;
     float pm = p * (r * r) + r;          /* expm1(r) */
-    float two_n = u2f((f2u(n + magic) - f2u(magic) + 127u) << 23);
+    float n25 = n > 25.0f ? 25.0f : n;
+    float two_n = u2f((f2u(n25 + magic) - f2u(magic) + 127u) << 23);
     float res = two_n * pm + (two_n - 1.0f);
-    res = x > 17.0f ? vexp(x) : res;     /* (vexp: +inf above EXP_HI) */
+    /* above 17: 2^(n-1) (1 + expm1(r)) 2 - 1, halved so that n = 128 (x up to EXP_HI) still has an
+     * exponent; 2^(n-1) is +inf at the clamp n = 129, which is where the result overflows */
+    float half_n = u2f((f2u(n + magic) - f2u(magic) + 126u) << 23);
+    res = x > 17.0f ? (half_n * (pm + 1.0f)) * 2.0f - 1.0f : res;
     res = x == 0.0f ? x : res;           /* keeps the sign of -0 */
     return x < -17.5f ? -1.0f : res;     /* NaN: r, hence res, is NaN */
 }
