@@ -9,10 +9,11 @@
  * 3. GEMV-shaped products (M = 1, K = N = 288, 768, 2048): k_gemm and OpenBLAS in GB/s of weight.
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
- * 4. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
- *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element).
+ * 5. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
+ *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
+ *    timed again right before each function (a shared machine's speed drifts within a run).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
- * Usage: bench_kernels [--quick]
+ * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,vmath]
  */
 #include <math.h>
 #include <stdio.h>
@@ -217,30 +218,69 @@ static void bench_vmath(Rng *r) {
     float *x = randn(n, r), *y = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = 4.0f * x[i] + 4.0f; /* mostly positive: log is defined */
     VmCase c = {NULL, y, x, n};
-    double t_mc = best_time(run_vm_memcpy, &c), gb_mc = 8.0 * n / t_mc / 1e9;
-    printf("\nvmath.h array loops, %zu floats, 1 thread (GB/s of x read + y written; %% of memcpy)\n", n);
-    printf("  %-20s %8.1f\n", "memcpy (reference)", gb_mc);
+    printf("\nvmath.h array loops, %zu floats, 1 thread (GB/s of x read + y written; %% of the memcpy "
+           "timed right before)\n", n);
+    printf("  %-20s %8s %8s\n", "", "GB/s", "memcpy");
     for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        double gb_mc = 8.0 * n / best_time(run_vm_memcpy, &c) / 1e9;
         c.fn = fs[f].fn;
         double gb = 8.0 * n / best_time(run_vm, &c) / 1e9;
-        printf("  %-20s %8.1f  (%3.0f%%)\n", fs[f].name, gb, 100 * gb / gb_mc);
+        printf("  %-20s %8.1f %8.1f  (%3.0f%%)\n", fs[f].name, gb, gb_mc, 100 * gb / gb_mc);
     }
     free(x), free(y);
 }
 
+/* Whether the comma-separated list names name (whole names, not substrings). */
+static int list_has(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--quick")) min_time = 0.08;
+    const char *only = NULL; /* comma-separated section names, all by default */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            min_time = 0.08;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            fprintf(stderr, "bench_kernels: unknown argument '%s' (usage: bench_kernels [--quick] "
+                            "[--only gemm,gemv,bandwidth,vmath])\n", argv[i]);
+            return 2;
+        }
+    }
+    static const struct { const char *name; void (*run)(Rng *); } sections[] = {
+        {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"vmath", bench_vmath}};
+    if (only && !*only) {
+        fprintf(stderr, "bench_kernels: --only needs section names (gemm, gemv, bandwidth, vmath)\n");
+        return 2;
+    }
+    for (const char *p = only; p && *p;) { /* every name in --only must be a section */
+        size_t len = strcspn(p, ","), known = 0;
+        for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++)
+            known += strlen(sections[s].name) == len && !strncmp(p, sections[s].name, len);
+        if (!known) {
+            fprintf(stderr, "bench_kernels: --only: no section '%.*s' (gemm, gemv, bandwidth, vmath)\n",
+                    (int)len, p);
+            return 2;
+        }
+        p += len + (p[len] == ',');
+    }
     Rng r;
     rng_seed(&r, 42, 1);
     printf("bench_kernels: blas=%s omp=%s\n", k_blas_name(), k_omp_name());
     Roof one = machine_roof(1), two = machine_roof(2);
     printf("roofline (bench_util.h): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
            "%.1f / %.1f GB/s\n", one.gflops, two.gflops, one.gbs, two.gbs);
-    bench_gemm(&r);
-    bench_gemv(&r);
-    bench_bandwidth(&r);
-    bench_vmath(&r);
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++)
+        if (!only || list_has(only, sections[s].name)) sections[s].run(&r);
     k_set_threads(1);
     return 0;
 }

@@ -414,7 +414,7 @@ void k_swiglu_bwd(float *da, float *db, const float *dy, const float *a, const f
 
 void k_softplus(float *y, const float *x, const float *bias, int M, int C) {
     KT_FOR(kt_team((double)M * C * KT_NS_ELEM, M),
-    for (int i = 0; i < M; i++) GATE_ROW(vsoftplus(v)));
+    for (int i = 0; i < M; i++) vsoftplus_n(y + (size_t)i * C, x + (size_t)i * C, bias, (size_t)C));
 }
 
 void k_sigmoid(float *y, const float *x, const float *bias, int M, int C) {
@@ -447,7 +447,14 @@ void k_mul_dsigmoid(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] *= vsigmoid(x[i]) * vsigmoid(-x[i]));
 }
 
+/* softplus'(x) = 1 - e^-softplus(x) = -expm1(-sp), in vmath.h's blocks of two passes */
 void k_mul_dsoftplus_out(float *y, const float *sp, size_t n) {
+    size_t nblk = (n + VM_BLOCK - 1) / VM_BLOCK;
     KT_FOR(ELEM_TEAM(n),
-    for (size_t i = 0; i < n; i++) y[i] *= -vexpm1(-sp[i]));
+    for (size_t b = 0; b < nblk; b++) {
+        size_t i0 = b * VM_BLOCK, m = n - i0 < VM_BLOCK ? n - i0 : VM_BLOCK;
+        float g[VM_BLOCK];
+        vexpm1_n(g, sp + i0, -1.0f, m);
+        for (size_t j = 0; j < m; j++) y[i0 + j] *= g[j];
+    });
 }

@@ -277,7 +277,7 @@ void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const flo
         const float *p = pre + (size_t)b * 4 * Hd;
         float *a = act + (size_t)b * 4 * Hd;
         for (int j = 0; j < 2 * Hd; j++) a[j] = vsigmoid(p[j]); /* i, f */
-        for (int j = 2 * Hd; j < 3 * Hd; j++) a[j] = vtanh(p[j]); /* g */
+        vtanh_n(a + 2 * Hd, p + 2 * Hd, (size_t)Hd); /* g */
         for (int j = 3 * Hd; j < 4 * Hd; j++) a[j] = vsigmoid(p[j]); /* o */
         const float *ig = a, *fg = a + Hd, *gg = a + 2 * Hd, *og = a + 3 * Hd;
         const float *cp = c_prev ? c_prev + (size_t)b * Hd : zeros;
@@ -285,17 +285,16 @@ void k_lstm_cell_fwd(float *h, float *c, float *act, const float *pre, const flo
         /* elementwise: more streams than gcc's runtime alias checks cover (_Pragma: this loop
          * is inside a KT_FOR argument) */
         _Pragma("GCC ivdep")
-        for (int j = 0; j < Hd; j++) {
-            float cn = fg[j] * cp[j] + ig[j] * gg[j];
-            cb[j] = cn;
-            hb[j] = og[j] * vtanh(cn);
-        }
+        for (int j = 0; j < Hd; j++) cb[j] = fg[j] * cp[j] + ig[j] * gg[j];
+        vtanh_n(hb, cb, (size_t)Hd); /* h = o tanh(c) */
+        _Pragma("GCC ivdep")
+        for (int j = 0; j < Hd; j++) hb[j] *= og[j];
     });
 }
 
 /* Same chain rule as ref/dense.c; one thread per batch row, so no reduction at all. The gradient
- * reaching c is direct (dc) plus through h = o tanh(c); the dc_prev pass recomputes it, which
- * keeps each loop free of tests on which outputs are wanted. */
+ * reaching c is direct (dc) plus through h = o tanh(c); the dc_prev loop recomputes it, which
+ * keeps each loop free of tests on which outputs are wanted (those are per block). */
 void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *dc, const float *act,
                      const float *c_prev, const float *c, int B, int Hd) {
     const float *zeros = c_prev && dc ? NULL : zero_row(Hd);
@@ -306,24 +305,28 @@ void k_lstm_cell_bwd(float *dpre, float *dc_prev, const float *dh, const float *
         size_t o = (size_t)b * Hd;
         const float *cb = c + o, *dhb = dh + o, *dcb = dc ? dc + o : zeros;
         const float *cp = c_prev ? c_prev + o : zeros;
-        if (dpre) {
-            float *d = dpre + (size_t)b * 4 * Hd;
-            _Pragma("GCC ivdep")
-            for (int j = 0; j < Hd; j++) {
-                float tc = vtanh(cb[j]);
-                float dct = dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc);
-                d[j] += dct * gg[j] * ig[j] * (1.0f - ig[j]);
-                d[Hd + j] += dct * cp[j] * fg[j] * (1.0f - fg[j]);
-                d[2 * Hd + j] += dct * ig[j] * (1.0f - gg[j] * gg[j]);
-                d[3 * Hd + j] += dhb[j] * tc * og[j] * (1.0f - og[j]);
+        float *d = dpre ? dpre + (size_t)b * 4 * Hd : NULL, *dcp = dc_prev ? dc_prev + o : NULL;
+        for (int j0 = 0; j0 < Hd; j0 += VM_BLOCK) {
+            int j1 = Hd - j0 < VM_BLOCK ? Hd : j0 + VM_BLOCK;
+            float tcb[VM_BLOCK]; /* tanh(c) for the block (vmath.h's two passes) */
+            vtanh_n(tcb, cb + j0, (size_t)(j1 - j0));
+            if (d) {
+                _Pragma("GCC ivdep")
+                for (int j = j0; j < j1; j++) {
+                    float tc = tcb[j - j0];
+                    float dct = dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc);
+                    d[j] += dct * gg[j] * ig[j] * (1.0f - ig[j]);
+                    d[Hd + j] += dct * cp[j] * fg[j] * (1.0f - fg[j]);
+                    d[2 * Hd + j] += dct * ig[j] * (1.0f - gg[j] * gg[j]);
+                    d[3 * Hd + j] += dhb[j] * tc * og[j] * (1.0f - og[j]);
+                }
             }
-        }
-        if (dc_prev) {
-            float *dcp = dc_prev + o;
-            _Pragma("GCC ivdep")
-            for (int j = 0; j < Hd; j++) {
-                float tc = vtanh(cb[j]);
-                dcp[j] += (dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc)) * fg[j];
+            if (dcp) {
+                _Pragma("GCC ivdep")
+                for (int j = j0; j < j1; j++) {
+                    float tc = tcb[j - j0];
+                    dcp[j] += (dcb[j] + dhb[j] * og[j] * (1.0f - tc * tc)) * fg[j];
+                }
             }
         }
     });

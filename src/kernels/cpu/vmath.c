@@ -11,4 +11,9 @@
     void kvm_##f(float *y, const float *x, size_t n) {                                 \
         for (size_t i = 0; i < n; i++) y[i] = v##f(x[i]);                              \
     }
-VMATH_FUNCS(VMATH_DEFINE)
+VMATH_DEFINE(exp) VMATH_DEFINE(log) VMATH_DEFINE(sigmoid) VMATH_DEFINE(silu)
+
+/* the two-pass forms (vmath.h, VM_BLOCK) */
+void kvm_tanh(float *y, const float *x, size_t n) { vtanh_n(y, x, n); }
+void kvm_softplus(float *y, const float *x, size_t n) { vsoftplus_n(y, x, NULL, n); }
+void kvm_expm1(float *y, const float *x, size_t n) { vexpm1_n(y, x, 1.0f, n); }
