@@ -287,6 +287,127 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
     memcpy(GT, GTl, sizeof(vf) * N * NP);
 }
 
+#if VW < 16
+/* Without AVX-512, G and G^T (2 P N floats: 64 AVX2 vectors at P = N = 16, four times the
+ * register file) went through memory on every token of bwd_run. Here each sweep over the chunk
+ * keeps a few rows of one of them in registers (at most 8 vectors): the sweeps over rows of G give
+ * <G_t, S_{t-1}> and sum_p x_t[p] G_t[p, :], those over rows of G^T give G_t B_t, each summed
+ * over the sweeps into per-token buffers; a last pass writes dx, ddt, dB, dC and the dA, dD
+ * partials. The same products as bwd_run, summed in another order. Used at P = N = 16, where the
+ * dimensions are constants and the rows stay in registers (1 thread, B 32, T 256, H 8: 1.3x);
+ * with run-time dimensions the arrays of rows stay in memory and it was 1.05-1.2x slower. */
+#define RMAX (256 / VW) /* the longest state row (P, N <= 256 / VW) */
+
+/* Rows of vecs_per_row vectors each that make at most 8 vectors, dividing rows. */
+static inline int rows_per_sweep(int vecs_per_row, int rows) {
+    int r = vecs_per_row >= 8 ? 1 : 8 / vecs_per_row;
+    while (rows % r) r /= 2;
+    return r;
+}
+
+/* g[r * nv + j] <-> row r, vector j of a matrix with rows ld floats apart */
+static inline __attribute__((always_inline)) void rows_load(vf *g, const float *m, int rows, int nv, int ld) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < nv; j++) g[r * nv + j] = vload(m + (size_t)r * ld + j * VW);
+}
+static inline __attribute__((always_inline)) void rows_store(float *m, const vf *g, int rows, int nv, int ld) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < nv; j++) vstore(m + (size_t)r * ld + j * VW, g[r * nv + j]);
+}
+
+/* bwd_run's contract, with G (P, N) and GT (N, P) as floats. */
+static inline __attribute__((always_inline)) void bwd_run_swept(BhOut *o, float *G, float *GT,
+                                                                float *pend, const float *St,
+                                                                const float *at, const float *dy,
+                                                                const BhIn *v, int t0, int L,
+                                                                const int P, const int N) {
+    const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
+    const int NP = P / VW, NN = N / VW;
+    const int RG = rows_per_sweep(NN, P), RT = rows_per_sweep(NP, N);
+    float ga[Q * VW];   /* per token: the lanes of <G_t, S_{t-1}> */
+    float db[Q * RMAX]; /* per token: sum_p x_t[p] G_t[p, :] */
+    float gb[Q * RMAX]; /* per token: G_t B_t */
+    memset(ga, 0, sizeof(float) * (size_t)L * VW);
+    memset(db, 0, sizeof(float) * (size_t)L * N);
+    memset(gb, 0, sizeof(float) * (size_t)L * P);
+    for (int p0 = 0; p0 < P; p0 += RG) { /* rows p0 .. p0 + RG of G */
+        vf g[8];
+        rows_load(g, G + (size_t)p0 * N, RG, NN, N);
+        float sc = *pend;
+        for (int i = L - 1; i >= 0; i--) {
+            int t = t0 + i;
+            const float *xt = v->x + t * ld, *gy = dy + t * ld, *ct = v->Cm + (size_t)t * N;
+            const float *Sp = St + (size_t)i * PN;
+            vf gav = {0};
+            for (int j = 0; j < NN; j++) {
+                vf c = vload(ct + j * VW), dbv = {0};
+                for (int r = 0; r < RG; r++) {
+                    int p = p0 + r;
+                    vf gg = sc * g[r * NN + j] + gy[p] * c;
+                    g[r * NN + j] = gg;
+                    gav += gg * vload(Sp + (size_t)p * N + j * VW);
+                    dbv += xt[p] * gg;
+                }
+                vadd_to(db + (size_t)i * N + j * VW, dbv);
+            }
+            vadd_to(ga + (size_t)i * VW, gav);
+            sc = at[i];
+        }
+        rows_store(G + (size_t)p0 * N, g, RG, NN, N);
+    }
+    for (int n0 = 0; n0 < N; n0 += RT) { /* rows n0 .. n0 + RT of G^T */
+        vf g[8];
+        rows_load(g, GT + (size_t)n0 * P, RT, NP, P);
+        float sc = *pend;
+        for (int i = L - 1; i >= 0; i--) {
+            int t = t0 + i;
+            const float *gy = dy + t * ld, *ct = v->Cm + (size_t)t * N, *bt = v->Bm + (size_t)t * N;
+            for (int j = 0; j < NP; j++) {
+                vf dyv = vload(gy + j * VW), gbv = {0};
+                for (int r = 0; r < RT; r++) {
+                    int n = n0 + r;
+                    vf gg = sc * g[r * NP + j] + ct[n] * dyv;
+                    g[r * NP + j] = gg;
+                    gbv += bt[n] * gg;
+                }
+                vadd_to(gb + (size_t)i * P + j * VW, gbv);
+            }
+            sc = at[i];
+        }
+        rows_store(GT + (size_t)n0 * P, g, RT, NP, P);
+    }
+    for (int i = L - 1; i >= 0; i--) {
+        int t = t0 + i;
+        const float *xt = v->x + t * ld, *gy = dy + t * ld, *Sc = St + (size_t)(i + 1) * PN;
+        float dtt = v->dt[(size_t)t * v->H], a = at[i];
+        vf gdt = {0}, gd = {0};
+        for (int j = 0; j < NP; j++) {
+            vf g = vload(gb + (size_t)i * P + j * VW), x = vload(xt + j * VW), y = vload(gy + j * VW);
+            gdt += g * x;
+            gd += y * x;
+            if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * g + v->D * y);
+        }
+        if (o->dBm)
+            for (int j = 0; j < NN; j++)
+                vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * vload(db + (size_t)i * N + j * VW));
+        if (o->dCm)
+            for (int j = 0; j < NN; j++) { /* dC_t += sum_p dy[p] S_t[p, :], two chains */
+                vf dc0 = {0}, dc1 = {0};
+                for (int p = 0; p < P; p += 2) {
+                    dc0 += gy[p] * vload(Sc + (size_t)p * N + j * VW);
+                    dc1 += gy[p + 1] * vload(Sc + (size_t)(p + 1) * N + j * VW);
+                }
+                vadd_to(o->dCm + (size_t)t * N + j * VW, dc0 + dc1);
+            }
+        float g_alpha = vsum(vload(ga + (size_t)i * VW));
+        o->pD += vsum(gd);
+        if (o->ddt) o->ddt[(size_t)t * v->H] += vsum(gdt) + g_alpha * a * v->A;
+        o->pA += (double)g_alpha * a * dtt;
+    }
+    *pend = at[0];
+}
+#endif
+
 /* States S_{t0-1 .. t0+L-1} of one chunk into St:(L+1, P, N), from the entry state S0:(P, N).
  * Also prefetches the chunk's rows of dy and dx (pf0, pf1; NULL = none): bwd_run walks them
  * backwards, H*P floats apart, a pattern the hardware prefetchers miss (each row was a DRAM
@@ -335,7 +456,11 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
         decays(at, v, t0, L);
         if (P == 16 && N == 16) {
             states_run(St, S0, at, v, t0, L, dy, o->dx, 16, 16);
+#if VW < 16
+            bwd_run_swept(o, G, GT, &pend, St, at, dy, v, t0, L, 16, 16);
+#else
             bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, 16, 16);
+#endif
         } else {
             states_run(St, S0, at, v, t0, L, dy, o->dx, P, N);
             bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, P, N);
