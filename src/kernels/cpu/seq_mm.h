@@ -40,7 +40,13 @@ typedef float kseq_v16 __attribute__((vector_size(16 * sizeof(float))));
 typedef float kseq_v8 __attribute__((vector_size(8 * sizeof(float))));
 typedef float kseq_v4 __attribute__((vector_size(4 * sizeof(float))));
 
-static inline float kseq_dot(const float *a, const float *b, int n) {
+/* The first part of kseq_dot: *out = its 16 partial sums folded once, part[j] + part[j + 8]
+ * (vectors by pointer: an SSE build has no 32-byte registers to pass them in). With halves = 1
+ * the 16 sums are two 8-float vectors on any ISA (the same sums): without 512-bit registers gcc
+ * keeps a 16-float vector on the stack, a store and a reload per step (the SSD step ran 4x slower
+ * than on AVX-512), and with AVX-512 the halves are what a caller that keeps several folded sums
+ * at once needs in registers (kseq_dot_finish8). */
+static inline void kseq_dot_fold(kseq_v8 *out, const float *a, const float *b, int n, int halves) {
     kseq_v8 lo, hi; /* lanes 0..7 and 8..15 of the partial sums */
     int i = 0;
     float ta[16], tb[16]; /* the tail, lane i mod 16; the other lanes add 0 * -0 = -0, which leaves
@@ -52,23 +58,27 @@ static inline float kseq_dot(const float *a, const float *b, int n) {
         memcpy(tb, b + (n - tail), sizeof(float) * (size_t)tail);
     }
 #if defined(__AVX512F__)
-    kseq_v16 part = {0}, va, vb;
-    for (; i + 16 <= n; i += 16) {
-        memcpy(&va, a + i, sizeof va);
-        memcpy(&vb, b + i, sizeof vb);
-        part += va * vb;
+    if (!halves) {
+        kseq_v16 part = {0}, va, vb;
+        for (; i + 16 <= n; i += 16) {
+            memcpy(&va, a + i, sizeof va);
+            memcpy(&vb, b + i, sizeof vb);
+            part += va * vb;
+        }
+        if (tail) {
+            memcpy(&va, ta, sizeof va);
+            memcpy(&vb, tb, sizeof vb);
+            part += va * vb;
+        }
+        /* halves by lane (not through memory: an address taken keeps part on the stack) */
+        lo = (kseq_v8){part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7]};
+        hi = (kseq_v8){part[8], part[9], part[10], part[11], part[12], part[13], part[14], part[15]};
+        *out = lo + hi;
+        return;
     }
-    if (tail) {
-        memcpy(&va, ta, sizeof va);
-        memcpy(&vb, tb, sizeof vb);
-        part += va * vb;
-    }
-    /* halves by lane (not through memory: an address taken keeps part on the stack in the loop) */
-    lo = (kseq_v8){part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7]};
-    hi = (kseq_v8){part[8], part[9], part[10], part[11], part[12], part[13], part[14], part[15]};
 #else
-    /* two 8-float halves: without 512-bit registers gcc keeps a 16-float vector on the stack, a
-     * store and a reload per step (the SSD step ran 4x slower than on AVX-512); same sums */
+    (void)halves;
+#endif
     kseq_v8 a0, a1, b0, b1;
     lo = (kseq_v8){0}, hi = (kseq_v8){0};
     for (; i + 16 <= n; i += 16) {
@@ -87,11 +97,40 @@ static inline float kseq_dot(const float *a, const float *b, int n) {
         lo += a0 * b0;
         hi += a1 * b1;
     }
-#endif
-    lo += hi;
+    *out = lo + hi;
+}
+
+/* The rest of the tree: w[j] + w[j + 4], then (w[0] + w[2]) + (w[1] + w[3]). */
+static inline float kseq_dot_finish(const kseq_v8 *w) {
+    kseq_v8 lo = *w;
     kseq_v4 l4 = {lo[0], lo[1], lo[2], lo[3]}, h4 = {lo[4], lo[5], lo[6], lo[7]};
     l4 += h4;
     return (l4[0] + l4[2]) + (l4[1] + l4[3]);
+}
+
+static inline float kseq_dot(const float *a, const float *b, int n) {
+    kseq_v8 w;
+    kseq_dot_fold(&w, a, b, n, 0);
+    return kseq_dot_finish(&w);
+}
+
+/* out[r] = kseq_dot_finish(w[r]) for r < 8, bit for bit (the same pairs added in the same order),
+ * with the eight trees run side by side: each level adds two shuffles of two vectors, so the
+ * lanes of different rows share the work (14 vector adds and a few shuffles instead of eight
+ * horizontal trees, each a chain of scalar extracts: most of the SSD step's time went there). */
+static inline void kseq_dot_finish8(float *out, const kseq_v8 *w) {
+    kseq_v8 x[4], y[2];
+    for (int k = 0; k < 4; k++) /* lanes 0-3: w[2k][j] + w[2k][j + 4]; lanes 4-7: w[2k + 1] */
+        x[k] = __builtin_shufflevector(w[2 * k], w[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(w[2 * k], w[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    for (int k = 0; k < 2; k++) /* pairs (l4[0] + l4[2], l4[1] + l4[3]) of rows 4k, 4k + 2, 4k + 1, 4k + 3 */
+        y[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(x[2 * k], x[2 * k + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    /* rows 0, 2, 4, 6, 1, 3, 5, 7 */
+    kseq_v8 z = __builtin_shufflevector(y[0], y[1], 0, 2, 8, 10, 4, 6, 12, 14) +
+                __builtin_shufflevector(y[0], y[1], 1, 3, 9, 11, 5, 7, 13, 15);
+    z = __builtin_shufflevector(z, z, 0, 4, 1, 5, 2, 6, 3, 7);
+    memcpy(out, &z, sizeof z);
 }
 
 #endif
