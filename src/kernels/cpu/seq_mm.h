@@ -44,8 +44,8 @@ typedef float kseq_v4 __attribute__((vector_size(4 * sizeof(float))));
  * (vectors by pointer: an SSE build has no 32-byte registers to pass them in). With halves = 1
  * the 16 sums are two 8-float vectors on any ISA (the same sums): without 512-bit registers gcc
  * keeps a 16-float vector on the stack, a store and a reload per step (the SSD step ran 4x slower
- * than on AVX-512), and with AVX-512 the halves are what a caller that keeps several folded sums
- * at once needs in registers (kseq_dot_finish8). */
+ * than on AVX-512), and with AVX-512 the halves load what 8-float stores just wrote (the SSD
+ * step writes a state row, then reads it for the readout). */
 static inline void kseq_dot_fold(kseq_v8 *out, const float *a, const float *b, int n, int halves) {
     kseq_v8 lo, hi; /* lanes 0..7 and 8..15 of the partial sums */
     int i = 0;
@@ -112,25 +112,6 @@ static inline float kseq_dot(const float *a, const float *b, int n) {
     kseq_v8 w;
     kseq_dot_fold(&w, a, b, n, 0);
     return kseq_dot_finish(&w);
-}
-
-/* out[r] = kseq_dot_finish(w[r]) for r < 8, bit for bit (the same pairs added in the same order),
- * with the eight trees run side by side: each level adds two shuffles of two vectors, so the
- * lanes of different rows share the work (14 vector adds and a few shuffles instead of eight
- * horizontal trees, each a chain of scalar extracts: most of the SSD step's time went there). */
-static inline void kseq_dot_finish8(float *out, const kseq_v8 *w) {
-    kseq_v8 x[4], y[2];
-    for (int k = 0; k < 4; k++) /* lanes 0-3: w[2k][j] + w[2k][j + 4]; lanes 4-7: w[2k + 1] */
-        x[k] = __builtin_shufflevector(w[2 * k], w[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
-               __builtin_shufflevector(w[2 * k], w[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
-    for (int k = 0; k < 2; k++) /* pairs (l4[0] + l4[2], l4[1] + l4[3]) of rows 4k, 4k + 2, 4k + 1, 4k + 3 */
-        y[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
-               __builtin_shufflevector(x[2 * k], x[2 * k + 1], 2, 3, 10, 11, 6, 7, 14, 15);
-    /* rows 0, 2, 4, 6, 1, 3, 5, 7 */
-    kseq_v8 z = __builtin_shufflevector(y[0], y[1], 0, 2, 8, 10, 4, 6, 12, 14) +
-                __builtin_shufflevector(y[0], y[1], 1, 3, 9, 11, 5, 7, 13, 15);
-    z = __builtin_shufflevector(z, z, 0, 4, 1, 5, 2, 6, 3, 7);
-    memcpy(out, &z, sizeof z);
 }
 
 #endif

@@ -504,29 +504,27 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
         float *scr = rows + (size_t)8 * N * kt_thread_id();
         const float *bt = Bm + (size_t)b * N, *ct = Cm + (size_t)b * N, *xi = x + (size_t)i * P;
         float dti = dt[i], alpha = vexp(dti * A[h]);
-        /* Rows p in groups of 8, whose readouts finish their dot trees together
-         * (kseq_dot_finish8: the same bits as kseq_dot row by row). Each new row goes where it
-         * belongs, S_out or the scratch (S_out may be S_in: a row is updated element by element).
-         * The dots in 8-float halves on every ISA: with AVX-512's 16-float sums folded afterwards,
-         * the group's sums did not stay in registers (1.5-1.8x slower than a dot per row). */
+        /* Rows p in groups of 8: the group's new rows first, each where it belongs (S_out, or the
+         * scratch; S_out may be S_in: a row is updated element by element), then their readouts.
+         * Reading a row right after storing it (one row at a time, straight into S_out) was 2x
+         * slower with AVX-512, and going through one scratch row and a copy 1.3-1.4x: the
+         * readout's loads wait for the stores. The dots in 8-float halves on every ISA (the same
+         * bits as kseq_dot). */
         for (int p0 = 0; p0 < P; p0 += 8) {
             int np = P - p0 < 8 ? P - p0 : 8;
-            kseq_v8 part[8];
+            float *row[8];
             for (int r = 0; r < np; r++) {
                 int p = p0 + r;
                 const float *sp = S_in + (size_t)i * PN + (size_t)p * N;
-                float *row = S_out ? S_out + (size_t)i * PN + (size_t)p * N : scr + (size_t)r * N;
+                row[r] = S_out ? S_out + (size_t)i * PN + (size_t)p * N : scr + (size_t)r * N;
                 float dx = dti * xi[p];
-                for (int n = 0; n < N; n++) row[n] = alpha * sp[n] + dx * bt[n];
-                kseq_dot_fold(&part[r], row, ct, N, 1);
+                for (int n = 0; n < N; n++) row[r][n] = alpha * sp[n] + dx * bt[n];
             }
-            float dot[8];
-            if (np == 8) {
-                kseq_dot_finish8(dot, part);
-            } else {
-                for (int r = 0; r < np; r++) dot[r] = kseq_dot_finish(&part[r]);
+            for (int r = 0; r < np; r++) {
+                kseq_v8 w;
+                kseq_dot_fold(&w, row[r], ct, N, 1);
+                y[(size_t)i * P + p0 + r] = kseq_dot_finish(&w) + Dskip[h] * xi[p0 + r];
             }
-            for (int r = 0; r < np; r++) y[(size_t)i * P + p0 + r] = dot[r] + Dskip[h] * xi[p0 + r];
         }
     });
 }
