@@ -507,7 +507,7 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
         /* Rows p in groups of 8: the group's new rows first, each where it belongs (S_out, or the
          * scratch; S_out may be S_in: a row is updated element by element), then their readouts.
          * Reading a row right after storing it (one row at a time, straight into S_out) was 2x
-         * slower with AVX-512, and going through one scratch row and a copy 1.3-1.4x: the
+         * slower with AVX-512, and going through one scratch row and a copy 1.3-1.6x: the
          * readout's loads wait for the stores. The dots in 8-float halves on every ISA (the same
          * bits as kseq_dot). */
         for (int p0 = 0; p0 < P; p0 += 8) {
