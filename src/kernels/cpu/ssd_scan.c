@@ -306,11 +306,13 @@ static inline int rows_per_sweep(int vecs_per_row, int rows) {
 }
 
 /* g[r * nv + j] <-> row r, vector j of a matrix with rows ld floats apart */
-static inline __attribute__((always_inline)) void rows_load(vf *g, const float *m, int rows, int nv, int ld) {
+static inline __attribute__((always_inline)) void rows_load(vf *g, const float *m, int rows,
+                                                            int nv, int ld) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < nv; j++) g[r * nv + j] = vload(m + (size_t)r * ld + j * VW);
 }
-static inline __attribute__((always_inline)) void rows_store(float *m, const vf *g, int rows, int nv, int ld) {
+static inline __attribute__((always_inline)) void rows_store(float *m, const vf *g, int rows,
+                                                             int nv, int ld) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < nv; j++) vstore(m + (size_t)r * ld + j * VW, g[r * nv + j]);
 }
@@ -382,7 +384,8 @@ static inline __attribute__((always_inline)) void bwd_run_swept(BhOut *o, float 
         float dtt = v->dt[(size_t)t * v->H], a = at[i];
         vf gdt = {0}, gd = {0};
         for (int j = 0; j < NP; j++) {
-            vf g = vload(gb + (size_t)i * P + j * VW), x = vload(xt + j * VW), y = vload(gy + j * VW);
+            vf g = vload(gb + (size_t)i * P + j * VW), x = vload(xt + j * VW);
+            vf y = vload(gy + j * VW);
             gdt += g * x;
             gd += y * x;
             if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * g + v->D * y);

@@ -76,7 +76,8 @@ static inline float u2f(uint32_t u) {
  * n FMAs (AVX-512 puts twice the floats in the same window); the pairs halve the chain for one
  * extra multiply. Not Estrin's x^4, x^8: for small x those are subnormal, and a product that
  * rounds to a subnormal costs a microcode assist (~100 cycles). Where x^2 can itself become
- * subnormal, it is x x + 2^-k (one FMA where there is FMA), 2^-k far below the weight of the terms it feeds. */
+ * subnormal, it is x x + 2^-k (one FMA where there is FMA), 2^-k far below the weight of the
+ * terms it feeds. */
 
 /* e^r for |r| <= ln2 / 2 by the Cephes degree-6 polynomial: 1 + r + r^2 (c5 + c4 r + ... + c0 r^5),
  * the last two additions in this order (r + 1 first would round r's low bits away). */
@@ -173,8 +174,9 @@ static inline float vtanh(float x) { return vtanh_from(x, tanh_exp(x)); }
  * error on [0, 1] in double, its coefficients rounded to float one at a time with the higher ones
  * refitted after each (1.2e-8 relative with the float coefficients). u^2 c is at most 0.31 of the
  * result, so its error reaches the result a third as large; the rest is vexp's error in u and the
- * last roundings. No division and no logarithm: 1.15-1.25x faster than the atanh form used before (2 atanh(u / (2 + u)) by its
- * series, with the quotient carried to twice precision; largest error 1.56 ulp against 1.97 now).
+ * last roundings. No division and no logarithm: 1.15-1.25x faster than the atanh form used
+ * before (2 atanh(u / (2 + u)) by its series, with the quotient carried to twice precision;
+ * largest error 1.56 ulp against 1.97 now).
  * For u < 2^-40 the polynomial takes 2^-40 (c changes by 2^-41 relative, and its share of the
  * result is below 2^-41), so that its u^2 is never subnormal.
  * Without FMA the roundings of the same polynomial add up to 2.44 ulp, too close to the bound:
@@ -242,8 +244,8 @@ static inline float vexpm1(float x) {
  * chain of dependent operations is half as long, so the out-of-order window covers twice as many
  * iterations (see the note on polynomials above): 1.2-1.4x with AVX2, 1.0-1.2x with AVX-512. The
  * operations are those of v<f>(x), and the stages meet at a rounded float either way, so the
- * results are the same. The one-pass forms stay for loops that fuse more work around the call.
- * y may equal x. */
+ * results are the same. v<f>(x) stay as the one-element definitions (the bounds above are
+ * theirs), for a loop that fuses more work around the call. y may equal x. */
 #define VM_BLOCK 256
 
 static inline void vtanh_n(float *y, const float *x, size_t n) {
