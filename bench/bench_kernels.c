@@ -230,17 +230,14 @@ static void bench_vmath(Rng *r) {
     free(x), free(y);
 }
 
-/* Whether the comma-separated list names name (whole names, not substrings). */
-static int list_has(const char *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n)) return 1;
-        if (!end) break;
-        p = end + 1;
-    }
-    return 0;
+static const struct { const char *name; void (*run)(Rng *); } SECTIONS[] = {
+    {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"vmath", bench_vmath}};
+#define NSECTIONS (sizeof SECTIONS / sizeof SECTIONS[0])
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_kernels [--quick] [--only SECTION,...]; sections:");
+    for (size_t k = 0; k < NSECTIONS; k++) fprintf(stderr, " %s", SECTIONS[k].name);
+    fprintf(stderr, "\n");
 }
 
 int main(int argc, char **argv) {
@@ -251,26 +248,28 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else {
-            fprintf(stderr, "bench_kernels: unknown argument '%s' (usage: bench_kernels [--quick] "
-                            "[--only gemm,gemv,bandwidth,vmath])\n", argv[i]);
+            fprintf(stderr, "bench_kernels: unknown argument '%s'\n", argv[i]);
+            usage();
             return 2;
         }
     }
-    static const struct { const char *name; void (*run)(Rng *); } sections[] = {
-        {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"vmath", bench_vmath}};
+    int want[NSECTIONS];
+    for (size_t k = 0; k < NSECTIONS; k++) want[k] = !only;
     if (only && !*only) {
-        fprintf(stderr, "bench_kernels: --only needs section names (gemm, gemv, bandwidth, vmath)\n");
+        fprintf(stderr, "bench_kernels: --only needs section names\n");
+        usage();
         return 2;
     }
     for (const char *p = only; p && *p;) { /* every name in --only must be a section */
-        size_t len = strcspn(p, ","), known = 0;
-        for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++)
-            known += strlen(sections[s].name) == len && !strncmp(p, sections[s].name, len);
-        if (!known) {
-            fprintf(stderr, "bench_kernels: --only: no section '%.*s' (gemm, gemv, bandwidth, vmath)\n",
-                    (int)len, p);
+        size_t len = strcspn(p, ","), k = 0;
+        while (k < NSECTIONS && !(strlen(SECTIONS[k].name) == len && !strncmp(p, SECTIONS[k].name, len)))
+            k++;
+        if (k == NSECTIONS) {
+            fprintf(stderr, "bench_kernels: --only: no section '%.*s'\n", (int)len, p);
+            usage();
             return 2;
         }
+        want[k] = 1;
         p += len + (p[len] == ',');
     }
     Rng r;
@@ -279,8 +278,8 @@ int main(int argc, char **argv) {
     Roof one = machine_roof(1), two = machine_roof(2);
     printf("roofline (bench_util.h): FMA peak 1 thread %.1f GFLOP/s, 2 threads %.1f GFLOP/s; read bandwidth "
            "%.1f / %.1f GB/s\n", one.gflops, two.gflops, one.gbs, two.gbs);
-    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++)
-        if (!only || list_has(only, sections[s].name)) sections[s].run(&r);
+    for (size_t k = 0; k < NSECTIONS; k++)
+        if (want[k]) SECTIONS[k].run(&r);
     k_set_threads(1);
     return 0;
 }
