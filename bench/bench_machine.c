@@ -17,7 +17,28 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/kernels/cpu/gemm.h"
 #include "bench_util.h"
+
+/* Which OpenBLAS kernel this host gets and what runs the products. OpenBLAS gives processors newer
+ * than its tables a generic SSE3 kernel; PyTorch's OpenBLAS (the same library) then does too, so
+ * for a fair comparison bench/run.sh gives the PyTorch side the OPENBLAS_CORETYPE printed here
+ * (BENCH_OPENBLAS_CORETYPE=..., only when the kernel is generic on a host with AVX2 + FMA). */
+static void blas_line(void) {
+    const char *core = k_blas_core();
+    if (!strcmp(core, "none")) {
+        printf("machine blas=none: products run on the built-in GEMM\n");
+        return;
+    }
+    printf("machine blas=openblas core=%s: one-thread products run on %s\n", core,
+           k_gemm_blas_core_ok(core) ? "OpenBLAS" : "the built-in GEMM (a generic OpenBLAS kernel)");
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!k_blas_core_wide(core) && (avx512 || avx2) && !getenv("OPENBLAS_CORETYPE"))
+        printf("BENCH_OPENBLAS_CORETYPE=%s\n", avx512 ? "SkylakeX" : "Haswell");
+#endif
+}
 
 int main(int argc, char **argv) {
     long nt = sysconf(_SC_NPROCESSORS_ONLN);
@@ -56,6 +77,7 @@ int main(int argc, char **argv) {
         printf(" %g %s %.1f GB/s%s", kib >= 1024 ? kib / 1024 : kib, kib >= 1024 ? "MiB" : "KiB",
                machine_read_gbs_resident(1, kib * 1024), i < 4 ? "," : "\n");
     }
+    blas_line();
     printf("BENCH_MACHINE=1:%.2f:%.3f", one.gflops, one.gbs);
     if (nt > 1) printf(",%ld:%.2f:%.3f", nt, all.gflops, all.gbs);
     printf("\n");

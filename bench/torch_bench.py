@@ -9,7 +9,7 @@ short loop over chunk boundaries), the fastest reasonable pure-PyTorch formulati
 softmax(q k^T / sqrt(d) + mask) v (torch 1.13 has no fused SDPA).
 Output: one parseable line per case, e.g.
   torch mamba2_small fwdbwd_tok_s=12345.6 ms=663.1 B=32 T=256 D=64 N=16 E=128 P=16 chunk=64 threads=2
-        blas=openblas-pthread blas_threads=2 torch_blas_info=generic torch=1.13.0a0   (one line)
+        blas=openblas-pthread blas_threads=2 blas_core=Haswell torch_blas_info=generic torch=1.13.0a0   (one line)
 tokens/s = B*T / (median seconds of one forward+backward), after one warm-up run.
 Implicit Mamba2 LM (imp_* cases, bench/bench_implicit.c has the same table and semantics; spec
 implicit-lm §2-§6; same math as tests/ref/gen_implicit.py, rel. error ~1e-6 when written): 1 layer, V=240, weight norm W = g v/|v|
@@ -337,6 +337,7 @@ def imp_f_step(pe, z, u, conv_state, ssm_state):
 # ---------------------------------------------------------------------------------------------
 
 BLAS_THREADS = "n/a"
+BLAS_CORE = "n/a"
 
 
 def _classify(path):
@@ -365,9 +366,15 @@ def active_blas():
     blas = sorted(os.path.realpath(m) for m in mapped if os.path.basename(m).startswith("libblas.so"))
     other = sorted(os.path.realpath(m) for m in mapped
                    if any(s in os.path.basename(m) for s in ("openblas", "mkl_rt", "libmkl", "blis")))
+    global BLAS_CORE
     for path in blas + other:
         try:  # OpenBLAS reports its pool size (OPENBLAS_NUM_THREADS at load, else all cores)
-            BLAS_THREADS = ctypes.CDLL(path).openblas_get_num_threads()
+            lib = ctypes.CDLL(path)
+            BLAS_THREADS = lib.openblas_get_num_threads()
+            # and the kernel it chose for this CPU (a generic one, "Prescott", for processors newer
+            # than its tables, unless OPENBLAS_CORETYPE says otherwise)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            BLAS_CORE = lib.openblas_get_corename().decode()
             break
         except (OSError, AttributeError):
             pass
@@ -896,7 +903,7 @@ def main(args):
     warmup, repeats = (1, 2) if args.quick else (1, 5)
     Bsz, T = 32, 256
     blas = active_blas()
-    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} " \
+    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE} " \
            f"torch_blas_info={torch_blas_info()} " \
            f"torch={torch.__version__}"
     cases = args.cases.split(",")
@@ -992,7 +999,8 @@ def run_fp_cases(args):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tail = f"threads={torch.get_num_threads()} blas={active_blas()} blas_threads={BLAS_THREADS} torch={torch.__version__}"
+    blas = active_blas()
+    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE} torch={torch.__version__}"
     Bsz, T, V, l_max = 64, 17, 67, 16
     for name in names:
         D, rep, qrep = FP_CASES[name]

@@ -12,11 +12,14 @@
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
  *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
  *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS).
+ * 3. The BLAS only runs products when OpenBLAS's kernel for this host has the build's vector class
+ *    (a generic one does not), checked on this host's choice and under OPENBLAS_CORETYPE=Prescott.
  * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
  */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../src/kernels/cpu/gemm.h"
@@ -284,10 +287,55 @@ static void test_routing(void) {
     k_set_threads(2);
 }
 
-int main(void) {
+/* Whether k_gemm hands one-thread products to OpenBLAS follows the kernel OpenBLAS chose: never to
+ * a generic one in builds with AVX2 + FMA (OpenBLAS gives it to processors newer than its tables),
+ * always to the AVX2 / AVX-512 ones. Then, in an OpenBLAS build, the same run under
+ * OPENBLAS_CORETYPE=Prescott (that generic kernel, on any host): one thread gives the built-in
+ * GEMM's very bits. */
+static void test_blas_core(const char *self) {
+    static const char *const wide[] = {"Haswell", "zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const generic[] = {"Prescott", "Core2", "Nehalem", "Sandybridge", "Unknown", "", NULL};
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    int generic_ok = 0;
+#else
+    int generic_ok = 1;
+#endif
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        TH_CHECK(k_gemm_blas_core_ok(wide[i]) == 1, "OpenBLAS core %s: not taken", wide[i]);
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        TH_CHECK(k_gemm_blas_core_ok(generic[i]) == generic_ok, "OpenBLAS core %s: %s", generic[i] ? generic[i] : "(null)",
+                 generic_ok ? "refused in a build without AVX2 + FMA" : "taken in a build with AVX2 + FMA");
+    k_set_threads(1);
+    int blas = strcmp(k_blas_name(), "openblas") == 0, expect_blas = blas && k_gemm_blas_core_ok(k_blas_core());
+    TH_CHECK(!strcmp(k_gemm_backend(), expect_blas ? "openblas" : "builtin"),
+             "one thread, OpenBLAS core %s: k_gemm_backend says %s", k_blas_core(), k_gemm_backend());
+    if (!expect_blas) {
+        /* large enough for cblas_sgemm, were it used: the blocked GEMM's bits at one thread */
+        Prod p = prod_new(0, 1, 150, 130, 300, 0);
+        float *C = prod_run(&p, k_gemm, 1.0f, 0.5f), *R = prod_run(&p, k_gemm_blocked, 1.0f, 0.5f);
+        TH_CHECK(memcmp(C, R, sizeof(float) * (size_t)p.M * p.ldc) == 0,
+                 "one thread, OpenBLAS core %s: k_gemm is not the built-in GEMM", k_blas_core());
+        free(C), free(R);
+        prod_free(&p);
+    }
+    k_set_threads(2);
+    if (blas && self && !getenv("OPENBLAS_CORETYPE")) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE=Prescott '%s' --blas-core-only", self);
+        int rc = system(cmd);
+        TH_CHECK(rc == 0, "under OPENBLAS_CORETYPE=Prescott: the routing checks failed (status %d)", rc);
+    }
+}
+
+int main(int argc, char **argv) {
     th_name = "test_gemm";
     rng_seed(&rng, 4321, 3);
     k_set_threads(2);
+    if (argc > 1 && !strcmp(argv[1], "--blas-core-only")) { /* the child run of test_blas_core */
+        test_blas_core(NULL);
+        return th_done();
+    }
+    test_blas_core(argc > 0 && !strchr(argv[0], '\'') ? argv[0] : NULL);
     test_parity();
     test_threads();
     test_packed_same();

@@ -32,7 +32,9 @@
 #include "threading.h"
 #ifdef IM_OPENBLAS
 #include <cblas.h>
+#include <stdatomic.h>
 #endif
+#include <strings.h>
 
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
 #include <immintrin.h>
@@ -379,15 +381,66 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  *   So the small path takes M <= 8 where OpenBLAS would run the rest and M <= 16 against the
  *   built-in GEMM.
  * - otherwise, with OpenBLAS, cblas_sgemm when the product is not worth a parallel region
- *   (gemm_team gives one thread): 5-8% faster than k_gemm_blocked on
- *   one core. OpenBLAS always runs on one thread (threads.c), so its own pool never spins against
+ *   (gemm_team gives one thread) and OpenBLAS runs a kernel of the build's class (blas_usable):
+ *   5-8% faster than k_gemm_blocked on one core. OpenBLAS always runs on one thread (threads.c), so its own pool never spins against
  *   OpenMP's.
  * - otherwise k_gemm_blocked on OpenMP's threads.
- * The choice depends on the shape and on "one thread or more", never on how many: results are
- * bit-identical at any thread count >= 2 (and at any count in builds without OpenBLAS). */
+ * The choice depends on the shape, on "one thread or more", never on how many, and on the kernel
+ * OpenBLAS chose for the host: results are bit-identical at any thread count >= 2 (and at any count
+ * in builds without OpenBLAS or with a generic OpenBLAS kernel). */
+/* OpenBLAS builds for many CPUs at once (DYNAMIC_ARCH, as Debian's) choose their kernels when the
+ * library loads, from the processor's family and model numbers, and give a model newer than their
+ * tables a generic SSE3 kernel ("Prescott"). Debian's 0.3.21 does so on an Intel Xeon of family 6,
+ * model 207 (AVX-512), where its square products then run at 19% of the FMA peak and the built-in
+ * GEMM at 82-87% (one thread, bench_kernels --only gemm). So the BLAS runs products only when its
+ * kernel has the build's vector class: AVX2 + FMA or wider in builds that have AVX2 + FMA, any
+ * kernel in builds that have not (NATIVE=0: the built-in one is SSE2 too). The cores below are the
+ * OpenBLAS x86-64 targets with AVX2 + FMA or AVX-512 GEMM kernels; OPENBLAS_CORETYPE, which users
+ * set to correct OpenBLAS's choice, changes the name it reports and so this choice. */
+static const char *const blas_wide_cores[] = {"Haswell", "Zen", "Dhyana", "SkylakeX", "Cooperlake", "SapphireRapids"};
+
+int k_blas_core_wide(const char *core) {
+    for (size_t i = 0; core && i < sizeof blas_wide_cores / sizeof blas_wide_cores[0]; i++)
+        if (strcasecmp(core, blas_wide_cores[i]) == 0) return 1;
+    return 0;
+}
+
+int k_gemm_blas_core_ok(const char *core) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    return k_blas_core_wide(core);
+#else
+    (void)core;
+    return 1;
+#endif
+}
+
+const char *k_blas_core(void) {
+#ifdef IM_OPENBLAS
+    const char *core = openblas_get_corename();
+    return core ? core : "unknown";
+#else
+    return "none";
+#endif
+}
+
+#ifdef IM_OPENBLAS
+/* Whether this process's OpenBLAS kernel is used at all: decided once (OpenBLAS fixes its kernel at
+ * load), -1 until then; every thread that races to decide writes the same value. */
+static _Atomic int blas_core_usable = -1;
+
+static int blas_usable(void) {
+    int ok = atomic_load_explicit(&blas_core_usable, memory_order_relaxed);
+    if (ok < 0) {
+        ok = k_gemm_blas_core_ok(k_blas_core());
+        atomic_store_explicit(&blas_core_usable, ok, memory_order_relaxed);
+    }
+    return ok;
+}
+#endif
+
 static int use_blas(int M, int N, int K) {
 #ifdef IM_OPENBLAS
-    return gemm_team(M, N, K) == 1;
+    return gemm_team(M, N, K) == 1 && blas_usable();
 #else
     (void)M, (void)N, (void)K;
     return 0;

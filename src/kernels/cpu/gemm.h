@@ -26,7 +26,21 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
                    const float *packed, float beta, float *C, int ldc);
 
 /* Which GEMM k_gemm runs for large products at the current thread count: "openblas" (BLAS build,
- * one thread) or "builtin" (k_gemm_blocked: no BLAS, or more than one thread). For banners. */
+ * one thread, an OpenBLAS kernel of the build's class) or "builtin" (k_gemm_blocked: no BLAS, more
+ * than one thread, or a generic OpenBLAS kernel). For banners. */
 const char *k_gemm_backend(void);
+
+/* The kernel OpenBLAS chose for this CPU at load ("Haswell", "SkylakeX", "Prescott", ...), "none"
+ * in builds without BLAS. */
+const char *k_blas_core(void);
+
+/* Whether k_gemm may hand products to an OpenBLAS running the kernel named core: 1 when that
+ * kernel has this build's vector class (AVX2 + FMA or AVX-512 in such builds; any kernel in builds
+ * without them), 0 for a generic one, such as OpenBLAS gives processors it does not know. */
+int k_gemm_blas_core_ok(const char *core);
+
+/* Whether the OpenBLAS kernel named core is one of its AVX2 + FMA or AVX-512 ones, whatever this
+ * build targets (bench_machine: does this host's OpenBLAS, PyTorch's too, know the processor). */
+int k_blas_core_wide(const char *core);
 
 #endif
