@@ -364,7 +364,10 @@ void opts_help(const CmdSpec *c, const void *args, FILE *f) {
 }
 
 void opts_version(FILE *f) {
-    fprintf(f, "implicit %s (blas=%s, threads=%s, mpi=%s)\n", IM_VERSION, k_blas_name(), k_omp_name(), dist_name());
+    fprintf(f, "implicit %s (blas=%s", IM_VERSION, k_blas_name());
+    if (strcmp(k_blas_name(), "none") != 0) /* a generic OpenBLAS kernel leaves products to the built-in GEMM */
+        fprintf(f, ", blas_core=%s%s", k_blas_core(), k_blas_used() ? "" : " (generic: built-in GEMM)");
+    fprintf(f, ", threads=%s, mpi=%s)\n", k_omp_name(), dist_name());
 }
 
 /* ---- command groups ------------------------------------------------------------------------------- */

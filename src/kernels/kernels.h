@@ -54,6 +54,11 @@ double k_fork_ns(void);
 /* "none"/"openblas" and "omp"/"serial": what this build uses, for banners and bench tables. */
 const char *k_blas_name(void);
 const char *k_omp_name(void);
+/* The kernel OpenBLAS chose for this CPU ("Haswell", "SkylakeX", "Prescott", ...; "none" without
+ * BLAS), and whether one-thread products use it: 0 when it is a generic kernel (OpenBLAS's choice
+ * for processors it does not know) in a build with AVX2 + FMA, so the built-in GEMM runs them. */
+const char *k_blas_core(void);
+int k_blas_used(void);
 
 /* ---- GEMM ----------------------------------------------------------------------------------- */
 /* C = alpha * op(A) @ op(B) + beta * C       row-major; op(X) = X or X^T (transA/transB = 0/1)

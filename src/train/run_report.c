@@ -75,7 +75,7 @@ typedef struct {
     int ngap;
     /* the log itself */
     int has_log, lines, malformed, first_bad, torn, replaced, starts;
-    char host[160], build[96];
+    char host[160], build[160];
     double params, threads;
     char notes[512];
 } Run;

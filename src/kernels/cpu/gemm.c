@@ -438,6 +438,14 @@ static int blas_usable(void) {
 }
 #endif
 
+int k_blas_used(void) {
+#ifdef IM_OPENBLAS
+    return blas_usable();
+#else
+    return 0;
+#endif
+}
+
 static int use_blas(int M, int N, int K) {
 #ifdef IM_OPENBLAS
     return gemm_team(M, N, K) == 1 && blas_usable();

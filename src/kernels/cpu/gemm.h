@@ -30,10 +30,6 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  * than one thread, or a generic OpenBLAS kernel). For banners. */
 const char *k_gemm_backend(void);
 
-/* The kernel OpenBLAS chose for this CPU at load ("Haswell", "SkylakeX", "Prescott", ...), "none"
- * in builds without BLAS. */
-const char *k_blas_core(void);
-
 /* Whether k_gemm may hand products to an OpenBLAS running the kernel named core: 1 when that
  * kernel has this build's vector class (AVX2 + FMA or AVX-512 in such builds; any kernel in builds
  * without them), 0 for a generic one, such as OpenBLAS gives processors it does not know. */
