@@ -114,13 +114,76 @@ static int imin(int a, int b) { return a < b ? a : b; }
 #define PACK_KB 16
 #define PACK_KB_STRIDE 512
 
+#if defined(__AVX__)
+/* dst[q * W + i] = rows[i][k + q] for i, q < 8: an 8 x 8 transpose in registers (AVX). */
+static inline void transpose8(float *restrict dst, int W, const float *const *rows, int k) {
+    __m256 a0 = _mm256_loadu_ps(rows[0] + k), a1 = _mm256_loadu_ps(rows[1] + k);
+    __m256 a2 = _mm256_loadu_ps(rows[2] + k), a3 = _mm256_loadu_ps(rows[3] + k);
+    __m256 a4 = _mm256_loadu_ps(rows[4] + k), a5 = _mm256_loadu_ps(rows[5] + k);
+    __m256 a6 = _mm256_loadu_ps(rows[6] + k), a7 = _mm256_loadu_ps(rows[7] + k);
+    /* pairs of rows interleaved, then quads, then the 128-bit halves: column q of the block */
+    __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+    __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst + 0 * W, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(dst + 1 * W, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(dst + 2 * W, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(dst + 3 * W, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(dst + 4 * W, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(dst + 5 * W, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(dst + 6 * W, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(dst + 7 * W, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+/* dst[q * W + i] = rows[i][k + q] for i < 4, q < 8: two 4 x 4 transposes (SSE). */
+static inline void transpose4x8(float *restrict dst, int W, const float *const *rows, int k) {
+    for (int h = 0; h < 8; h += 4) {
+        __m128 a0 = _mm_loadu_ps(rows[0] + k + h), a1 = _mm_loadu_ps(rows[1] + k + h);
+        __m128 a2 = _mm_loadu_ps(rows[2] + k + h), a3 = _mm_loadu_ps(rows[3] + k + h);
+        __m128 t0 = _mm_unpacklo_ps(a0, a1), t1 = _mm_unpackhi_ps(a0, a1);
+        __m128 t2 = _mm_unpacklo_ps(a2, a3), t3 = _mm_unpackhi_ps(a2, a3);
+        _mm_storeu_ps(dst + (h + 0) * W, _mm_movelh_ps(t0, t2));
+        _mm_storeu_ps(dst + (h + 1) * W, _mm_movehl_ps(t2, t0));
+        _mm_storeu_ps(dst + (h + 2) * W, _mm_movelh_ps(t1, t3));
+        _mm_storeu_ps(dst + (h + 3) * W, _mm_movehl_ps(t3, t1));
+    }
+}
+#endif
+
 /* dst[k * W + r] = row r's element k for the n <= W rows at src + r ld (k < kc), 0 for r >= n: the
  * gather of a panel whose W lanes are rows read along k (untransposed A, transposed B). W is MR
- * or NR, a constant after inlining. */
+ * or NR, a constant after inlining. With AVX, blocks of 16 values of k go through in-register
+ * transposes, 8 rows (then 4) at a time, each row's 64-byte line read whole before the next row's;
+ * the rest, one value at a time. Either way a copy: the same bytes. */
 static inline void gather_rows(float *restrict dst, int W, const float *src, size_t ld, int n, int kc) {
     const float *rows[NR > MR ? NR : MR];
     for (int r = 0; r < W; r++) rows[r] = src + (size_t)(r < n ? r : 0) * ld;
     int k = 0;
+#if defined(__AVX__)
+    if (n >= 4) {
+        int n8 = n / 8 * 8, n4 = n8 + (n - n8) / 4 * 4;
+        for (; k + 16 <= kc; k += 16) {
+            float *d = dst + (size_t)k * W;
+            for (int r = 0; r < n8; r += 8) {
+                transpose8(d + r, W, rows + r, k);
+                transpose8(d + 8 * W + r, W, rows + r, k + 8);
+            }
+            if (n4 > n8) {
+                transpose4x8(d + n8, W, rows + n8, k);
+                transpose4x8(d + 8 * W + n8, W, rows + n8, k + 8);
+            }
+            for (int q = 0; q < 16; q++) {
+                for (int r = n4; r < n; r++) d[q * W + r] = rows[r][k + q];
+                for (int r = n; r < W; r++) d[q * W + r] = 0.0f;
+            }
+        }
+    }
+#endif
     if (ld >= PACK_KB_STRIDE) /* a row's line read whole before the next row's */
         for (; k + PACK_KB <= kc; k += PACK_KB)
             for (int r = 0; r < W; r++)
