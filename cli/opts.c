@@ -364,10 +364,9 @@ void opts_help(const CmdSpec *c, const void *args, FILE *f) {
 }
 
 void opts_version(FILE *f) {
-    fprintf(f, "implicit %s (blas=%s", IM_VERSION, k_blas_name());
-    if (strcmp(k_blas_name(), "none") != 0) /* a generic OpenBLAS kernel leaves products to the built-in GEMM */
-        fprintf(f, ", blas_core=%s%s", k_blas_core(), k_blas_used() ? "" : " (generic: built-in GEMM)");
-    fprintf(f, ", threads=%s, mpi=%s)\n", k_omp_name(), dist_name());
+    char blas[96];
+    k_blas_describe(blas, sizeof blas);
+    fprintf(f, "implicit %s (blas=%s, threads=%s, mpi=%s)\n", IM_VERSION, blas, k_omp_name(), dist_name());
 }
 
 /* ---- command groups ------------------------------------------------------------------------------- */

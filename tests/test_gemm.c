@@ -309,6 +309,10 @@ static void test_blas_core(const char *self) {
     int blas = strcmp(k_blas_name(), "openblas") == 0, expect_blas = blas && k_gemm_blas_core_ok(k_blas_core());
     TH_CHECK(!strcmp(k_gemm_backend(), expect_blas ? "openblas" : "builtin"),
              "one thread, OpenBLAS core %s: k_gemm_backend says %s", k_blas_core(), k_gemm_backend());
+    char desc[96];
+    k_blas_describe(desc, sizeof desc);
+    TH_CHECK(blas ? strstr(desc, k_blas_core()) && (strstr(desc, "generic") == NULL) == expect_blas : !strcmp(desc, "none"),
+             "k_blas_describe: '%s' (OpenBLAS core %s, used %d)", desc, k_blas_core(), expect_blas);
     if (!expect_blas) {
         /* large enough for cblas_sgemm, were it used: the blocked GEMM's bits at one thread */
         Prod p = prod_new(0, 1, 150, 130, 300, 0);

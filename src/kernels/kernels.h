@@ -59,6 +59,9 @@ const char *k_omp_name(void);
  * for processors it does not know) in a build with AVX2 + FMA, so the built-in GEMM runs them. */
 const char *k_blas_core(void);
 int k_blas_used(void);
+/* The BLAS for banners and logs: "none", "openblas (SkylakeX)", "openblas (Prescott, generic:
+ * built-in GEMM)"; buf holds n bytes (80 are enough). */
+void k_blas_describe(char *buf, size_t n);
 
 /* ---- GEMM ----------------------------------------------------------------------------------- */
 /* C = alpha * op(A) @ op(B) + beta * C       row-major; op(X) = X or X^T (transA/transB = 0/1)

@@ -663,13 +663,10 @@ static int check_replicas(const Trainer *t) {
  * (parameters, host, threads, build). A resumed run adds one per process. */
 static void log_start(Trainer *t) {
     if (!t->log) return;
-    char host[160], build[160];
+    char host[160], build[160], blas[96];
     run_report_host_cpu(host, sizeof host);
-    if (strcmp(k_blas_name(), "none") != 0) /* which OpenBLAS kernel, and whether products use it */
-        snprintf(build, sizeof build, "blas=%s (%s%s), threads=%s", k_blas_name(), k_blas_core(),
-                 k_blas_used() ? "" : ", generic: built-in GEMM", k_omp_name());
-    else
-        snprintf(build, sizeof build, "blas=%s, threads=%s", k_blas_name(), k_omp_name());
+    k_blas_describe(blas, sizeof blas);
+    snprintf(build, sizeof build, "blas=%s, threads=%s", blas, k_omp_name());
     JsonBuf b;
     json_buf_init(&b, 0);
     json_buf_begin_obj(&b);

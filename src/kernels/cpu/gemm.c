@@ -24,6 +24,7 @@
 #include "gemm.h"
 #include "kscratch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -444,13 +445,14 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  *   So the small path takes M <= 8 where OpenBLAS would run the rest and M <= 16 against the
  *   built-in GEMM.
  * - otherwise, with OpenBLAS, cblas_sgemm when the product is not worth a parallel region
- *   (gemm_team gives one thread) and OpenBLAS runs a kernel of the build's class (blas_usable):
- *   5-8% faster than k_gemm_blocked on one core. OpenBLAS always runs on one thread (threads.c), so its own pool never spins against
- *   OpenMP's.
+ *   (gemm_team gives one thread) and OpenBLAS runs a kernel of the build's class (blas_usable,
+ *   below): 5-8% faster than k_gemm_blocked on one core. OpenBLAS always runs on one thread
+ *   (threads.c), so its own pool never spins against OpenMP's.
  * - otherwise k_gemm_blocked on OpenMP's threads.
  * The choice depends on the shape, on "one thread or more", never on how many, and on the kernel
  * OpenBLAS chose for the host: results are bit-identical at any thread count >= 2 (and at any count
  * in builds without OpenBLAS or with a generic OpenBLAS kernel). */
+
 /* OpenBLAS builds for many CPUs at once (DYNAMIC_ARCH, as Debian's) choose their kernels when the
  * library loads, from the processor's family and model numbers, and give a model newer than their
  * tables a generic SSE3 kernel ("Prescott"). Debian's 0.3.21 does so on an Intel Xeon of family 6,
@@ -507,6 +509,11 @@ int k_blas_used(void) {
 #else
     return 0;
 #endif
+}
+
+void k_blas_describe(char *buf, size_t n) {
+    if (!strcmp(k_blas_name(), "none")) snprintf(buf, n, "none");
+    else snprintf(buf, n, "%s (%s%s)", k_blas_name(), k_blas_core(), k_blas_used() ? "" : ", generic: built-in GEMM");
 }
 
 static int use_blas(int M, int N, int K) {
