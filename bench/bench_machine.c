@@ -20,10 +20,9 @@
 #include "../src/kernels/cpu/gemm.h"
 #include "bench_util.h"
 
-/* Which OpenBLAS kernel this host gets and what runs the products. OpenBLAS gives processors newer
- * than its tables a generic SSE3 kernel; PyTorch's OpenBLAS (the same library) then does too, so
- * for a fair comparison bench/run.sh gives the PyTorch side the OPENBLAS_CORETYPE printed here
- * (BENCH_OPENBLAS_CORETYPE=..., only when the kernel is generic on a host with AVX2 + FMA). */
+/* Which OpenBLAS kernel this host gets and what runs the products: OpenBLAS gives processors newer
+ * than its tables a generic SSE3 kernel, and the products then run on the built-in GEMM
+ * (cpu/gemm.c). (bench/torch_bench.py gives PyTorch's OpenBLAS the host's kernel in that case.) */
 static void blas_line(void) {
     const char *core = k_blas_core();
     if (!strcmp(core, "none")) {
@@ -32,12 +31,6 @@ static void blas_line(void) {
     }
     printf("machine blas=openblas core=%s: one-thread products run on %s\n", core,
            k_gemm_blas_core_ok(core) ? "OpenBLAS" : "the built-in GEMM (a generic OpenBLAS kernel)");
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (!k_blas_core_wide(core) && (avx512 || avx2) && !getenv("OPENBLAS_CORETYPE"))
-        printf("BENCH_OPENBLAS_CORETYPE=%s\n", avx512 ? "SkylakeX" : "Haswell");
-#endif
 }
 
 int main(int argc, char **argv) {

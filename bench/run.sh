@@ -6,10 +6,7 @@
 # by /usr/bin/python3, the PyTorch side (bench/torch_bench.py) with the same thread count, and a
 # table of every `implicit NAME METRIC=VALUE ... roofline=P%` line: throughput, % of roofline,
 # and the PyTorch throughput and ratio where it has the case. BENCH_THREADS (default: all cores)
-# sets the threads of both sides. Where OpenBLAS does not know the processor and falls back to a
-# generic kernel, the PyTorch side runs with the OPENBLAS_CORETYPE bench_machine names for the host's
-# ISA (its own OpenBLAS would otherwise be measured on that generic kernel). Exits non-zero if any
-# bench fails.
+# sets the threads of both sides. Exits non-zero if any bench fails.
 dir=${1:-build}
 [ $# -gt 0 ] && shift
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 1)}
@@ -21,9 +18,6 @@ if [ -x "$dir/bench_machine" ]; then
     "$dir/bench_machine" --threads "$threads" | tee -a "$out" || { echo "bench_machine failed"; status=1; }
     BENCH_MACHINE=$(sed -n 's/^BENCH_MACHINE=//p' "$out")
     export BENCH_MACHINE
-    # OpenBLAS gave this host a generic kernel (bench_machine): our side runs the built-in GEMM,
-    # PyTorch's gets the kernel of the host's ISA, so that it is not measured on the generic one
-    torch_core=$(sed -n 's/^BENCH_OPENBLAS_CORETYPE=//p' "$out")
 fi
 for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
@@ -32,13 +26,8 @@ for b in "$dir"/bench_*; do
     "$b" "$@" | tee -a "$out" || { echo "$(basename "$b") failed"; status=1; }
 done
 if [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
-    echo "== torch_bench.py --threads $threads $*${torch_core:+ (OPENBLAS_CORETYPE=$torch_core)}"
-    if [ -n "${torch_core:-}" ]; then
-        OPENBLAS_CORETYPE=$torch_core /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" ||
-            { echo "torch_bench.py failed"; status=1; }
-    else
-        /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" || { echo "torch_bench.py failed"; status=1; }
-    fi
+    echo "== torch_bench.py --threads $threads $*"
+    /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" || { echo "torch_bench.py failed"; status=1; }
 fi
 echo
 # roofline / cpu roof: implicit's % of roofline against wall-clock / CPU time (bench_util.h); reread:

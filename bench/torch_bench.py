@@ -36,7 +36,10 @@ alternatives system selects. To use OpenBLAS (libopenblas0-pthread):
 (the state on the project machine when this was written), or, without root,
 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3. The script finds which file provides
 the soname libblas.so.3 in /proc/self/maps after a matmul and prints it (blas=openblas-pthread |
-netlib-reference | ...), plus OpenBLAS's own thread count. --threads N sets torch.set_num_threads(N) and
+netlib-reference | ...), plus OpenBLAS's own thread count and kernel (blas_core). Where OpenBLAS would
+pick its generic kernel on an AVX2 / AVX-512 host (a processor newer than its tables), OPENBLAS_CORETYPE
+is set to Haswell / SkylakeX before torch loads (blas_core_set=, blas_core_default= say so); a
+variable set by the caller is kept. --threads N sets torch.set_num_threads(N) and
 OMP/OPENBLAS_NUM_THREADS=N before torch loads. On a loaded machine, more threads than free cores make
 OpenMP spin-wait, and the numbers then say more about the load than about torch.
 """
@@ -74,12 +77,51 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+# OpenBLAS's x86-64 kernels for AVX2 + FMA and for AVX-512 (the names openblas_get_corename()
+# reports; the same list as src/kernels/cpu/gemm.c). A DYNAMIC_ARCH OpenBLAS, as Debian's, gives a
+# processor newer than its tables a generic SSE3 kernel ("Prescott") at 15-20% of the FMA peak.
+WIDE_OPENBLAS_CORES = {"haswell", "zen", "dhyana", "skylakex", "cooperlake", "sapphirerapids"}
+CORE_NOTE = ""
+
+
+def openblas_core_for_host():
+    """The OPENBLAS_CORETYPE that gives this host's OpenBLAS (torch's BLAS) the kernel of the host's
+    ISA when it would pick a generic one, else None. Asked of libblas.so.3 in a child process, so
+    that this one's OpenBLAS loads only once the variable is set."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return None, ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None, ""
+    avx512, avx2 = "avx512f" in flags, "avx2" in flags and "fma" in flags
+    if not (avx512 or avx2):
+        return None, ""
+    import subprocess
+    probe = ("import ctypes; lib = ctypes.CDLL('libblas.so.3'); "
+             "lib.openblas_get_corename.restype = ctypes.c_char_p; print(lib.openblas_get_corename().decode())")
+    try:
+        core = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ, OPENBLAS_NUM_THREADS="1")).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None, ""
+    if not core or core.lower() in WIDE_OPENBLAS_CORES:
+        return None, ""
+    return ("SkylakeX" if avx512 else "Haswell"), core
+
+
 if __name__ == "__main__":
     ARGS = parse_args()
     # OpenBLAS/OpenMP read their thread counts once at load: set them before torch is imported.
     if ARGS.threads > 0:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(ARGS.threads)
+    # ... and OpenBLAS its kernel: not the generic one where it does not know the processor
+    _core, _generic = openblas_core_for_host()
+    if _core:
+        os.environ["OPENBLAS_CORETYPE"] = _core
+        CORE_NOTE = f" blas_core_set={_core} blas_core_default={_generic}"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -903,7 +945,7 @@ def main(args):
     warmup, repeats = (1, 2) if args.quick else (1, 5)
     Bsz, T = 32, 256
     blas = active_blas()
-    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE} " \
+    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE}{CORE_NOTE} " \
            f"torch_blas_info={torch_blas_info()} " \
            f"torch={torch.__version__}"
     cases = args.cases.split(",")
@@ -1000,7 +1042,7 @@ def run_fp_cases(args):
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     blas = active_blas()
-    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE} torch={torch.__version__}"
+    tail = f"threads={torch.get_num_threads()} blas={blas} blas_threads={BLAS_THREADS} blas_core={BLAS_CORE}{CORE_NOTE} torch={torch.__version__}"
     Bsz, T, V, l_max = 64, 17, 67, 16
     for name in names:
         D, rep, qrep = FP_CASES[name]

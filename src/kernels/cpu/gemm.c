@@ -460,19 +460,15 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  * GEMM at 82-87% (one thread, bench_kernels --only gemm). So the BLAS runs products only when its
  * kernel has the build's vector class: AVX2 + FMA or wider in builds that have AVX2 + FMA, any
  * kernel in builds that have not (NATIVE=0: the built-in one is SSE2 too). The cores below are the
- * OpenBLAS x86-64 targets with AVX2 + FMA or AVX-512 GEMM kernels; OPENBLAS_CORETYPE, which users
- * set to correct OpenBLAS's choice, changes the name it reports and so this choice. */
-static const char *const blas_wide_cores[] = {"Haswell", "Zen", "Dhyana", "SkylakeX", "Cooperlake", "SapphireRapids"};
-
-int k_blas_core_wide(const char *core) {
-    for (size_t i = 0; core && i < sizeof blas_wide_cores / sizeof blas_wide_cores[0]; i++)
-        if (strcasecmp(core, blas_wide_cores[i]) == 0) return 1;
-    return 0;
-}
-
+ * OpenBLAS x86-64 targets with AVX2 + FMA or AVX-512 GEMM kernels (bench/torch_bench.py has the
+ * same list, to give PyTorch's OpenBLAS the host's kernel); OPENBLAS_CORETYPE, which users set to
+ * correct OpenBLAS's choice, changes the name it reports and so this choice. */
 int k_gemm_blas_core_ok(const char *core) {
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-    return k_blas_core_wide(core);
+    static const char *const wide[] = {"Haswell", "Zen", "Dhyana", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; core && i < sizeof wide / sizeof wide[0]; i++)
+        if (strcasecmp(core, wide[i]) == 0) return 1;
+    return 0;
 #else
     (void)core;
     return 1;

@@ -35,8 +35,4 @@ const char *k_gemm_backend(void);
  * without them), 0 for a generic one, such as OpenBLAS gives processors it does not know. */
 int k_gemm_blas_core_ok(const char *core);
 
-/* Whether the OpenBLAS kernel named core is one of its AVX2 + FMA or AVX-512 ones, whatever this
- * build targets (bench_machine: does this host's OpenBLAS, PyTorch's too, know the processor). */
-int k_blas_core_wide(const char *core);
-
 #endif
