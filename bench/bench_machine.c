@@ -17,20 +17,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/kernels/cpu/gemm.h"
 #include "bench_util.h"
 
 /* Which OpenBLAS kernel this host gets and what runs the products: OpenBLAS gives processors newer
  * than its tables a generic SSE3 kernel, and the products then run on the built-in GEMM
  * (cpu/gemm.c). (bench/torch_bench.py gives PyTorch's OpenBLAS the host's kernel in that case.) */
 static void blas_line(void) {
-    const char *core = k_blas_core();
-    if (!strcmp(core, "none")) {
+    if (!strcmp(k_blas_name(), "none")) {
         printf("machine blas=none: products run on the built-in GEMM\n");
         return;
     }
-    printf("machine blas=openblas core=%s: one-thread products run on %s\n", core,
-           k_gemm_blas_core_ok(core) ? "OpenBLAS" : "the built-in GEMM (a generic OpenBLAS kernel)");
+    printf("machine blas=openblas core=%s: one-thread products run on %s\n", k_blas_core(),
+           k_blas_used() ? "OpenBLAS" : "the built-in GEMM (a generic OpenBLAS kernel)");
 }
 
 int main(int argc, char **argv) {
