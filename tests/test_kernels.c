@@ -955,6 +955,31 @@ static void test_sumsq_axpby(void) {
     TH_CHECK(k_sumsq(ones, 5) == 55.0, "sumsq(1..5) = %g", k_sumsq(ones, 5));
 }
 
+/* k_copy_rows against the reference: strided blocks narrower than their rows (the injection's
+ * parts: 8 to 300 floats of a wider row), contiguous arrays (one long row, split in pieces),
+ * copy and add; floats outside the block must not change. Exact: one copy or add per element. */
+static void test_copy_rows(void) {
+    static const size_t shape[][4] = {/* rows, n, ldy, ldx */
+                                      {0, 5, 5, 5},     {1, 0, 3, 3},     {1, 1, 1, 1},     {3, 7, 9, 11},
+                                      {8192, 8, 8, 296}, {513, 130, 130, 300}, {7, 100, 300, 100},
+                                      {1, 100003, 100003, 100003}, {37, 4099, 4099, 4099}};
+    for (size_t s = 0; s < sizeof shape / sizeof shape[0]; s++) {
+        size_t rows = shape[s][0], n = shape[s][1], ldy = shape[s][2], ldx = shape[s][3];
+        size_t ny = rows ? (rows - 1) * ldy + n + 3 : 3, nx = rows ? (rows - 1) * ldx + n : 1;
+        float *x = rnd(nx, 1);
+        for (int add = 0; add < 2; add++) {
+            float *y = rnd(ny, 1), *yr = dup(y, ny);
+            k_copy_rows(y, ldy, x, ldx, rows, n, add);
+            k_copy_rows_ref(yr, ldy, x, ldx, rows, n, add);
+            char what[64];
+            snprintf(what, sizeof what, "rows %zu n %zu ld %zu/%zu add %d", rows, n, ldy, ldx, add);
+            close_("copy_rows", what, y, yr, ny, 0.0);
+            free(y), free(yr);
+        }
+        free(x);
+    }
+}
+
 /* ---- bit-identity across thread counts (STYLE §8.7) ------------------------------------------- */
 
 /* Inputs large enough that every kernel takes its parallel path; outputs land in G.out (zeroed
@@ -1019,6 +1044,11 @@ static void r_adamw(void) {
     k_adamw(O(0), O(1), O(2), G.b, TB_N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 1);
 }
 static void r_sumsq(void) { *(double *)O(0) = k_sumsq(G.a, TB_N) + k_sumsq(G.b, 1500000); }
+static void r_copy_rows(void) {
+    k_copy_rows(O(0), 400, G.a, 800, TB_N / 800, 300, 0);
+    memcpy(O(1), G.b, TB_N * sizeof(float));
+    k_copy_rows(O(1), 296, G.a, 296, TB_N / 296, 296, 1);
+}
 static void r_axpby(void) {
     memcpy(O(0), G.a, TB_N * sizeof(float));
     k_axpby(O(0), 0.3f, G.b, 0.9f, TB_N);
@@ -1067,7 +1097,7 @@ static void test_threads(void) {
         {"neg_exp", r_neg_exp}, {"mul_dsilu", r_mul_dsilu}, {"mul_dsigmoid", r_mul_dsigmoid},
         {"mul_dsoftplus_out", r_mul_dsoftplus_out}, {"embed_fwd", r_embed_fwd}, {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
-        {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}};
+        {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}, {"copy_rows", r_copy_rows}};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) bitid(ours[i].name, ours[i].run);
     th_threads_restore(1);
     free(G.a), free(G.b), free(G.c), free(G.d), free(G.out), free(G.first), free(G.ids);
@@ -1091,6 +1121,7 @@ int main(void) {
     test_lstm();
     test_adamw();
     test_sumsq_axpby();
+    test_copy_rows();
     test_threads();
     printf("max errors (fast vs ref | finite differences | directional/dot test):\n");
     for (int i = 0; i < n_worst; i++)

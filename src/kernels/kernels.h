@@ -37,7 +37,7 @@
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
-    X(adamw) X(sumsq) X(axpby) X(foreach)
+    X(adamw) X(sumsq) X(axpby) X(copy_rows) X(foreach)
 
 /* ---- threads -------------------------------------------------------------------------------- */
 /* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
@@ -395,6 +395,12 @@ double k_sumsq_ref(const float *x, size_t n);
 /* y = a*x + b*y  (relaxation steps, residual adds, scaling) */
 void k_axpby(float *y, float a, const float *x, float b, size_t n);
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);
+/* Row blocks between strided matrices: y[r, 0..n) = x[r, 0..n) (add 0) or y[r, 0..n) += x[r, 0..n)
+ * (add 1) for r < rows, rows ldy and ldx floats apart (ld = n: contiguous arrays). Scatters and
+ * gathers column blocks (an injection into a blocked pre-activation and its gradient back) and
+ * copies or adds whole activations, on the kernels' threads; y and x do not overlap. */
+void k_copy_rows(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, size_t n, int add);
+void k_copy_rows_ref(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, size_t n, int add);
 
 /* ---- a parallel loop for the layers and solvers ---------------------------------------------
  * fn(ctx, i0, i1) for contiguous ranges covering [0, n) exactly once, in increasing order within

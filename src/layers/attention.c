@@ -2,8 +2,8 @@
  * KV-cache step of sequential mode (§4.1). Contract and memory layout: attention.h.
  *
  * Everything heavy is a kernel call (k_linear_*, k_rope_*, k_attn_*); this file only wires
- * buffers. The few elementwise loops here (adding u, copying into the KV cache) are O(B*T*D)
- * plumbing next to the O(B*T*D*D) projections, so they stay serial and plain.
+ * buffers. The injection's adds go through k_copy_rows (threads at sequence sizes); copying into
+ * the KV cache is O(B*T*D) plumbing next to the O(B*T*D*D) projections and stays plain.
  * Out of scope: GQA, RoPE scaling, dropout, prefill at a nonzero position offset.
  */
 #include <string.h>
@@ -54,16 +54,6 @@ static void check_args(const AttnCfg *cfg, const AttnW *w, int B, int T) {
     CHECK(B >= 0 && T >= 0, "attn: bad dims B=%d T=%d", B, T);
 }
 
-/* Layers own no kernels, so this plain loop stays serial; it is O(M*D) beside O(M*D*D) GEMMs.
- * dst[r, :] += src[r*stride + off : ... + D] for r < M: adds one third of u (row stride 3D). */
-static void add_rows(float *dst, const float *src, int M, int D, size_t stride, size_t off) {
-    for (int r = 0; r < M; r++) {
-        float *d = dst + (size_t)r * (size_t)D;
-        const float *s = src + (size_t)r * stride + off;
-        for (int i = 0; i < D; i++) d[i] += s[i];
-    }
-}
-
 /* The pack (attn_pack): wq | wk | wv | wo, each linear_pack's two forms. */
 enum { PK_Q, PK_K, PK_V, PK_O };
 
@@ -89,9 +79,9 @@ static void project_qkv(const AttnCfg *cfg, const AttnW *w, float *q, float *k, 
     if (u) {
         // (uq, uk, uv) = split(u, 3 equal parts of D); q += uq; k += uk; v += uv
         size_t s = 3 * (size_t)D;
-        add_rows(q, u, M, D, s, 0);
-        add_rows(k, u, M, D, s, (size_t)D);
-        add_rows(v, u, M, D, s, 2 * (size_t)D);
+        k_copy_rows(q, (size_t)D, u, s, (size_t)M, (size_t)D, 1);
+        k_copy_rows(k, (size_t)D, u + D, s, (size_t)M, (size_t)D, 1);
+        k_copy_rows(v, (size_t)D, u + 2 * (size_t)D, s, (size_t)M, (size_t)D, 1);
     }
 }
 
@@ -165,15 +155,9 @@ void attn_bwd(const AttnCfg *cfg, const AttnW *w, AttnW *dW, float *dx, float *d
     if (du) {
         // u was added to q, k, v: its gradient is (dq | dk | dv) per row
         size_t s = 3 * (size_t)D;
-        for (int r = 0; r < M; r++) {
-            float *d = du + (size_t)r * s;
-            const float *a = dq + (size_t)r * D, *b = dk + (size_t)r * D, *c = dv + (size_t)r * D;
-            for (int i = 0; i < D; i++) {
-                d[i] += a[i];
-                d[D + i] += b[i];
-                d[2 * D + i] += c[i];
-            }
-        }
+        k_copy_rows(du, s, dq, (size_t)D, (size_t)M, (size_t)D, 1);
+        k_copy_rows(du + D, s, dk, (size_t)D, (size_t)M, (size_t)D, 1);
+        k_copy_rows(du + 2 * (size_t)D, s, dv, (size_t)D, (size_t)M, (size_t)D, 1);
     }
     // The three input projections are separate (D,D) tensors in the checkpoint (§14), hence three
     // calls rather than one fused (3D,D) GEMM; a call is skipped when nothing it feeds is wanted.

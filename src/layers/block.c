@@ -156,7 +156,7 @@ static void check_block(const BlockCfg *c, const BlockW *w, int B, int T) {
 
 /* y = a + b (y may alias a) */
 static void add_into(float *y, const float *a, const float *b, size_t n) {
-    if (y != a) memcpy(y, a, n * sizeof(float));
+    if (y != a) k_copy_rows(y, n, a, n, 1, n, 0);
     k_axpby(y, 1.0f, b, 1.0f, n);
 }
 
@@ -182,7 +182,7 @@ void block_fwd(const BlockCfg *c, const BlockW *w, float *z_out, const float *z,
     if (!has_mlp(c)) return;
 
     /* z2 = z1 + MLP(RMSNorm2(z1)); z1 is needed by RMSNorm2's backward */
-    if (cache) memcpy(p.z1, z_out, MD * sizeof(float));
+    if (cache) k_copy_rows(p.z1, MD, z_out, MD, 1, MD, 0);
     float *xn2 = cache ? p.xn2 : xn;
     rmsnorm_fwd(xn2, p.rstd2, z_out, w->norm2_w, M, D, c->eps);
     mlp_fwd(&c->mlp, &w->mlp, y, xn2, masks->mlp_h, masks->mlp_o, p.mlp, rest, B, T);
@@ -205,7 +205,7 @@ void block_bwd(const BlockCfg *c, const BlockW *w, BlockW *dW, float *dz, float 
 
     const float *g = dz_out; /* gradient arriving at z1 */
     if (has_mlp(c)) {
-        memcpy(g1, dz_out, MD * sizeof(float));
+        k_copy_rows(g1, MD, dz_out, MD, 1, MD, 0);
         memset(dxn, 0, MD * sizeof(float));
         mlp_bwd(&c->mlp, &w->mlp, dW ? &dW->mlp : NULL, dxn, dz_out, p.xn2, masks->mlp_h,
                 masks->mlp_o, p.mlp, rest, B, T);

@@ -116,12 +116,11 @@ static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const f
     const Parts p = parts_of(c);
     const int D = c->D;
     /* The injection is added to the full K-wide pre-activation: u's columns are first copied block
-     * by block into zx (a serial O(M K) pass; layers run no threads of their own), and the GEMMs
-     * then accumulate onto them (beta = 1), which costs no more than writing (beta = 0). */
+     * by block into zx, and the GEMMs then accumulate onto them (beta = 1), which costs no more
+     * than writing (beta = 0). */
     if (u)
-        for (size_t m = 0; m < M; m++)
-            for (int i = 0; i < NPART; i++)
-                memcpy(blk(zx, &p, M, i) + m * p.n[i], u + m * c->K + p.off[i], sizeof(float) * p.n[i]);
+        for (int i = 0; i < NPART; i++)
+            k_copy_rows(blk(zx, &p, M, i), (size_t)p.n[i], u + p.off[i], (size_t)c->K, M, (size_t)p.n[i], 0);
     for (int i = 0; i < NPART; i++) /* block i (M, n_i) (+)= x (M, D) @ W[off_i .. off_i + n_i]^T */
         k_gemm_pb(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D,
                   pack_of_block(c, w, &p, i), u ? 1.f : 0.f, blk(zx, &p, M, i), p.n[i]);
@@ -142,12 +141,8 @@ static void in_proj_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *dW, float *
         if (dW) k_gemm(1, 0, p.n[i], D, (int)M, 1.f, g, p.n[i], x, D, 1.f, dW + wo, D);
     }
     if (!du) return;
-    for (size_t m = 0; m < M; m++)
-        for (int i = 0; i < NPART; i++) {
-            const float *src = blk(dzx, &p, M, i) + m * p.n[i];
-            float *dst = du + m * c->K + p.off[i];
-            for (int j = 0; j < p.n[i]; j++) dst[j] += src[j];
-        }
+    for (int i = 0; i < NPART; i++)
+        k_copy_rows(du + p.off[i], (size_t)c->K, blk(dzx, &p, M, i), (size_t)p.n[i], M, (size_t)p.n[i], 1);
 }
 
 /* The activations between in_proj and the scan, for M = B*T tokens. xc and xa are blocked as

@@ -140,7 +140,7 @@ void mlp_bwd(const MlpCfg *c, const MlpW *w, MlpW *dW, float *dx, const float *d
     /* through the output mask and fc2 */
     const float *gyo = dy;
     if (mask_o) {
-        memcpy(gy, dy, (size_t)M * D * sizeof(float));
+        k_copy_rows(gy, (size_t)M * D, dy, (size_t)M * D, 1, (size_t)M * D, 0);
         apply_mask(gy, mask_o, B, T, D);
         gyo = gy;
     }

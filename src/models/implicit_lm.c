@@ -391,7 +391,7 @@ static void f_fwd(Model *m, float *z_out, const float *z, float *cache, int B, i
         float *out;
         if (cache) {
             float *zin = cache + (size_t)l * (MD + im->block_cache_per);
-            if (l == 0) memcpy(zin, z, MD * sizeof(float));
+            if (l == 0) k_copy_rows(zin, MD, z, MD, 1, MD, 0);
             out = l + 1 < im->L ? cache + (size_t)(l + 1) * (MD + im->block_cache_per) : cache + (size_t)im->L * (MD + im->block_cache_per);
             block_fwd(&im->bc, &im->w[l], out, zin, im->u, &bm, zin + MD, im->scratch, NULL, B, T);
         } else {
@@ -463,7 +463,7 @@ static void grad_steps(Model *m, int S, float tau0, float tau, int B, int T) {
         im->taus[i] = ti;
         f_fwd(m, im->fout, im->zs + (size_t)i * MD, im->fcache + (size_t)i * im->fcache_per, B, T);
         float *next = im->zs + (size_t)(i + 1) * MD;
-        memcpy(next, im->zs + (size_t)i * MD, MD * sizeof(float));
+        k_copy_rows(next, MD, im->zs + (size_t)i * MD, MD, 1, MD, 0);
         k_axpby(next, ti, im->fout, 1.0f - ti, MD);
     }
 }
@@ -474,7 +474,7 @@ static void relax_steps(Model *m, int S, float tau0, float tau, int B, int T) {
     ImplicitLm *im = m->impl;
     size_t MD = (size_t)B * T * im->D;
     float *z = im->zs + MD;
-    memcpy(z, im->zs, MD * sizeof(float));
+    k_copy_rows(z, MD, im->zs, MD, 1, MD, 0);
     for (int i = 0; i < S; i++) {
         float ti = i == 0 ? tau0 : tau;
         f_fwd(m, im->fout, z, NULL, B, T);

@@ -65,6 +65,7 @@ static inline int kt_team(double ns, long items) {
  * later on faster hosts only by the rounding). */
 #define KT_NS_ELEM 0.25     /* elementwise map with one transcendental (silu, swiglu, gates): per element */
 #define KT_NS_COPY 0.1      /* add / scale / copy / partial sums: per element */
+#define KT_NS_ROW 5.0       /* a strided row's start (k_copy_rows out of cache): per row */
 #define KT_NS_ROW_ELEM 0.25 /* row-wise norm / softmax / xent (2-3 passes over a row): per element */
 #define KT_NS_ADAMW 0.7     /* AdamW: per parameter */
 #define KT_NS_CONV_TAP 0.06 /* depthwise conv1d: per (token, channel, tap) */

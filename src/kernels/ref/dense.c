@@ -446,6 +446,11 @@ void k_axpby_ref(float *y, float a, const float *x, float b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = b == 0.0f ? a * x[i] : a * x[i] + b * y[i];
 }
 
+void k_copy_rows_ref(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, size_t n, int add) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < n; i++) y[r * ldy + i] = add ? y[r * ldy + i] + x[r * ldx + i] : x[r * ldx + i];
+}
+
 void k_foreach_ref(long n, double ns_per_item, KForeachFn fn, void *ctx) {
     (void)ns_per_item; /* the reference never forks */
     if (n > 0) fn(ctx, 0, n);
