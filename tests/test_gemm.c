@@ -11,7 +11,8 @@
  *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS); every row of a
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
  *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
- *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS).
+ *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS),
+ *    except one row on mostly full panels, which gives row 0 of k_gemm_blocked (the packed GEMV).
  * 3. The BLAS only runs products when OpenBLAS's kernel for this host has the build's vector class
  *    (a generic one does not), checked on this host's choice and under OPENBLAS_CORETYPE=Prescott.
  * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
@@ -220,6 +221,27 @@ static void test_packed_same(void) {
                     free(C), free(R);
                     prod_free(&p);
                 }
+    /* k_gemm_pb on one row over panels that are mostly full (the packed GEMV): row 0 of the
+     * blocked GEMM, bit for bit, at 1 and 3 threads; N across the group of four panels and its
+     * tail, K across KC and the NC block of columns, beta 0 with NaN in C and beta 1 */
+    static const int row_shapes[][2] = {{2100, 600}, {250, 1030}, {128, 7}, {61, 290}, {1000, 1}, {64, 512}};
+    for (size_t s = 0; s < sizeof row_shapes / sizeof row_shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int a = 0; a < 3; a++)
+                    for (int t = 1; t <= 3; t += 2) {
+                        const int *d = row_shapes[s];
+                        float al = AB[a][0], be = AB[a][1];
+                        Prod p = prod_new(ta, tb, 1, d[0], d[1], be == 0.0f);
+                        k_set_threads(t);
+                        float *C = prod_run(&p, pb_fn, al, be), *R = prod_run(&p, k_gemm_blocked, al, be);
+                        k_set_threads(2);
+                        TH_CHECK(memcmp(C, R, sizeof(float) * p.ldc) == 0,
+                                 "gemm_pb tA=%d tB=%d M=1 N=%d K=%d alpha=%g beta=%g at %d threads: differs from "
+                                 "gemm_blocked", ta, tb, d[0], d[1], al, be, t);
+                        free(C), free(R);
+                        prod_free(&p);
+                    }
     /* k_gemm_pb: the same bits as k_gemm without BLAS (there both run the blocked GEMM on the same
      * panels, or k_gemm_small on few rows); with BLAS, the same bits at any thread count (tall
      * products go to k_gemm, the rest to the packed panels whatever the count) */
