@@ -83,7 +83,8 @@ void k_gemm_ref(int transA, int transB, int M, int N, int K, float alpha, const 
  *     pack again after every change of B.
  *   k_gemm_pb: k_gemm with op(B) also given packed (packed = NULL: exactly k_gemm). B is still
  *     read where few rows stream it in place (k_gemm_small). The same result as k_gemm to rounding;
- *     bit for bit in builds without BLAS. */
+ *     bit for bit in builds without BLAS, except one row on mostly full panels, which reads the
+ *     panels (row 0 of the blocked GEMM, bit for bit). */
 size_t k_gemm_pack_floats(int N, int K);
 void k_gemm_pack_b(float *packed, int transB, int N, int K, const float *B, int ldb);
 void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,

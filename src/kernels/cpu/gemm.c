@@ -18,7 +18,8 @@
  * k_gemm_pack_b / k_gemm_packed (gemm.h) run the same code on an op(B) packed once in advance
  * (measured on Zen 4, one thread, x W^T with K = 288, N = 768: 97 -> 103 GFLOP/s at M = 768,
  * 75 -> 99 at M = 64, and N = 288: 58 -> 91 at M = 32).
- * Out of scope: complex types, strided C columns, few-row products (gemm_small.c).
+ * One row on packed panels has its own loop (gemv_packed, below).
+ * Out of scope: complex types, strided C columns, few-row products on unpacked B (gemm_small.c).
  */
 #include "../kernels.h"
 #include "gemm.h"
@@ -488,20 +489,15 @@ static void gemv_panels(int kc, const float *restrict x, const float *restrict b
 }
 #endif
 
-/* Whether a one-row product takes the packed panels: a build with vector panels, and at most an
+/* Whether a one-row product takes the packed panels (builds with vector panels): at most an
  * eighth of the panels' width padding (a Mamba2 dt block of 8 heads in 32-wide panels would read
  * four times its weights). */
-static int gemv_packed_ok(int N) {
 #ifdef VL
+static int gemv_packed_ok(int N) {
     size_t npad = npad_of(N);
     return N > 0 && 8 * (npad - (size_t)N) <= npad;
-#else
-    (void)N;
-    return 0;
-#endif
 }
 
-#ifdef VL
 /* Per weight read, one thread, for the team (as gemm_small.c's SMALL_NS_WEIGHT). */
 #define GV_NS_WEIGHT 0.04
 
