@@ -441,7 +441,8 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  * element is the micro-kernel's very arithmetic (one chain in k order from zero per KC slice, the
  * same write-back), so the row is bit for bit row 0 of k_gemm_packed. Measured on Zen 4 (AVX-512,
  * one thread, 5 MiB of weights re-read from L3, GB/s of weights, against k_gemm_small's dot form):
- * N 1024 K 128: 77 -> 90, N 256 K 512: 88 -> 96, N 4096 K 288: 86 -> 95. Narrow products, whose
+ * N 768 K 288: 84 -> 93, N 288 K 288: 79 -> 90, N 1024 K 128: 78 -> 87, N 288 K 768: 90 -> 93;
+ * from DRAM about level (N 32000 K 288: 42 -> 42, N 2048 K 768: 33 -> 30). Narrow products, whose
  * panels would be mostly padding, stay on the dot form (gemv_packed_ok). */
 #ifdef VL
 enum { GV_PANELS = 4 };
