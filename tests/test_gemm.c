@@ -12,7 +12,8 @@
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
  *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
  *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS),
- *    except one row on mostly full panels, which gives row 0 of k_gemm_blocked (the packed GEMV).
+ *    except one row on mostly full panels, which gives row 0 of k_gemm_blocked (the packed GEMV);
+ *    a narrow product (op(A) read in place) gives the bits of the same columns of a wide one.
  * 3. The BLAS only runs products when OpenBLAS's kernel for this host has the build's vector class
  *    (a generic one does not), checked on this host's choice and under OPENBLAS_CORETYPE=Prescott.
  * Out of scope: speed (bench/bench_kernels.c); the Linear gradients (test_kernels.c).
@@ -197,6 +198,7 @@ static void test_threads(void) {
             same_at_threads("gemm_small", k_gemm_small, 1, ta, tb, 1, 4099, 257);
             same_at_threads("gemm_blocked", k_gemm_blocked, 1, ta, tb, 150, 130, 300);
             same_at_threads("gemm_blocked", k_gemm_blocked, 1, ta, tb, 5, 1000, 400);
+            same_at_threads("gemm_blocked", k_gemm_blocked, 1, ta, tb, 203, 70, 600);
             same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 12, 700, 300);
             same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 200, 90, 310);
         }
@@ -262,6 +264,36 @@ static void test_packed_same(void) {
             free(C3), free(C2), free(R);
             prod_free(&p);
         }
+}
+
+/* A narrow product (at most 128 columns: op(A) read in place) gives the same bits as the same
+ * columns of a wide one (op(A) packed): the same arithmetic on the same values. Rows across MR
+ * (a partial panel last) and the MC block, K across KC, at 1 and 3 threads. */
+static void test_narrow_same(void) {
+    static const int shapes[][2] = {{13, 70}, {203, 600}, {100, 1}};
+    static const int narrow[] = {1, 40, 128};
+    const int wide = 300;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (size_t w = 0; w < sizeof narrow / sizeof narrow[0]; w++)
+                    for (int t = 1; t <= 3; t += 2) {
+                        int M = shapes[s][0], K = shapes[s][1], N = narrow[w];
+                        Prod p = prod_new(ta, tb, M, wide, K, 0);
+                        k_set_threads(t);
+                        float *W = prod_run(&p, k_gemm_blocked, 0.5f, 1.0f);
+                        float *C = th_alloc((size_t)M * p.ldc);
+                        memcpy(C, p.C0, sizeof(float) * (size_t)M * p.ldc);
+                        k_gemm_blocked(ta, tb, M, N, K, 0.5f, p.A, p.lda, p.B, p.ldb, 1.0f, C, p.ldc);
+                        k_set_threads(2);
+                        int same = 1;
+                        for (int i = 0; i < M; i++)
+                            same &= memcmp(C + (size_t)i * p.ldc, W + (size_t)i * p.ldc, sizeof(float) * N) == 0;
+                        TH_CHECK(same, "gemm_blocked tA=%d tB=%d M=%d N=%d K=%d at %d threads: differs from the "
+                                 "same columns of N=%d", ta, tb, M, N, K, t, wide);
+                        free(C), free(W);
+                        prod_free(&p);
+                    }
 }
 
 /* Each row of a small-M product is its own sums: equal to the row computed alone, whatever block
@@ -365,6 +397,7 @@ int main(int argc, char **argv) {
     test_parity();
     test_threads();
     test_packed_same();
+    test_narrow_same();
     test_row_invariance();
     test_routing();
     k_set_threads(1);

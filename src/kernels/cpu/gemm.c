@@ -254,23 +254,26 @@ static inline void write_tile(Vec acc[MR][NV], float *C, int ldc, float alpha, f
         }
 }
 
-/* The register-blocked kernel: acc = sum_k a[k, :] (x) b[k, :] over one packed MR-panel of A and
- * one NR-panel of B (MR x NV vector accumulators, one broadcast of a[k, i] per row, NV loads of
- * b per k), then C[0..m, 0..n] = alpha acc + beta C (first slice) or += alpha acc. An edge tile
- * (m < MR or n < NR) goes through a local copy of C with the very same vector write-back, so
- * every element sees the same arithmetic wherever it lies. */
-static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *C, int ldc,
-                         int m, int n, float alpha, float beta, int first) {
+/* The register-blocked kernel: acc = sum_k a[k, :] (x) b[k, :] over one MR-panel of op(A),
+ * a[k, i] at a[k sk + i si] (packed: sk = MR, si = 1), and one packed NR-panel of B (MR x NV
+ * vector accumulators, one broadcast of a[k, i] per row, NV loads of b per k), then
+ * C[0..m, 0..n] = alpha acc + beta C (first slice) or += alpha acc. An edge tile (m < MR or
+ * n < NR) goes through a local copy of C with the very same vector write-back, so every element
+ * sees the same arithmetic wherever it lies. */
+static inline __attribute__((always_inline)) void micro_kernel_at(int kc, const float *restrict a, size_t sk,
+                                                                   size_t si, const float *restrict b,
+                                                                   float *C, int ldc, int m, int n,
+                                                                   float alpha, float beta, int first) {
     Vec acc[MR][NV];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < NV; v++) acc[i][v] = V_ZERO();
 #pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
-        const float *bk = b + (size_t)k * NR, *ak = a + (size_t)k * MR;
+        const float *bk = b + (size_t)k * NR, *ak = a + (size_t)k * sk;
         Vec bv[NV];
         for (int v = 0; v < NV; v++) bv[v] = V_LOAD(bk + v * VL);
         for (int i = 0; i < MR; i++) {
-            Vec ai = V_SET1(ak[i]);
+            Vec ai = V_SET1(ak[i * si]);
             for (int v = 0; v < NV; v++) acc[i][v] = V_FMA(ai, bv[v], acc[i][v]);
         }
     }
@@ -285,6 +288,22 @@ static void micro_kernel(int kc, const float *restrict a, const float *restrict 
     write_tile(acc, &tile[0][0], NR, alpha, beta, first);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) C[(size_t)i * ldc + j] = tile[i][j];
+}
+
+static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *C, int ldc,
+                         int m, int n, float alpha, float beta, int first) {
+    micro_kernel_at(kc, a, MR, 1, b, C, ldc, m, n, alpha, beta, first);
+}
+/* The same kernel on a whole MR-row panel of op(A) read in place (DIRECT_MAX_N, below).
+ * op(A) rows lda apart (A not transposed) */
+static void micro_kernel_rows(int kc, const float *restrict a, int lda, const float *restrict b, float *C,
+                              int ldc, int n, float alpha, float beta, int first) {
+    micro_kernel_at(kc, a, 1, (size_t)lda, b, C, ldc, MR, n, alpha, beta, first);
+}
+/* op(A) read in place: k lda apart (A transposed) */
+static void micro_kernel_cols(int kc, const float *restrict a, int lda, const float *restrict b, float *C,
+                              int ldc, int n, float alpha, float beta, int first) {
+    micro_kernel_at(kc, a, (size_t)lda, 1, b, C, ldc, MR, n, alpha, beta, first);
 }
 #else
 /* Portable kernel: an outer-product loop on a local accumulator array that the compiler may
@@ -331,6 +350,25 @@ typedef struct {
     size_t npad;      /* with pre: N rounded up to whole NR panels */
 } GemmArgs;
 
+/* Blocks of C at most DIRECT_MAX_N columns wide read op(A) in place instead of packing it: a packed
+ * A panel serves every NR-panel of the block, so in a narrow block its copy is a large share of
+ * the work (two 32-wide panels at N = 64). Each element keeps the packed path's arithmetic (same
+ * values, same order), so the result is the same bit for bit. Measured on Zen 4, one thread, time
+ * packed / in place over M 128-8192, K 64-2048, N 32 / 64 / 128, B not transposed:
+ *   A not transposed (rows of A streamed): AVX-512 1.13-1.31 / 1.04-1.10 / 0.96-1.03,
+ *     AVX2 1.27-1.54 / 1.02-1.28 / 0.93-1.24, SSE2 1.07-1.39 / 1.03-1.19 / 0.92-1.13;
+ *   A transposed (op(A) rows lda apart): with lda <= 512 AVX-512 1.11-1.43 / 1.06-1.25 /
+ *     1.03-1.15, AVX2 1.10-1.66 / 1.03-1.17 / 0.90-1.11; with lda >= 1024 AVX2 fell to 0.35-0.95
+ *     (every k of a panel in the same few L1 sets, a page apart at lda 8192) and SSE2 (4-wide
+ *     vectors: each k's few floats cost a load of their own) was 0.84-1.05 at any lda.
+ * Wider blocks (N = 256) were up to 8% slower in place (AVX-512, K 256 and 1024). */
+#define DIRECT_MAX_N 128
+#if VL >= 8
+#define DIRECT_TRANS_MAX_LDA 512
+#else
+#define DIRECT_TRANS_MAX_LDA 0
+#endif
+
 /* C[r0..r1, c0..c1] of the product, single-threaded, with private packing buffers
  * bp (KC x NC) and ap (MC x KC): the classic five-loop blocked GEMM on one region. */
 static void gemm_region(const GemmArgs *g, int r0, int r1, int c0, int c1, float *bp, float *ap) {
@@ -345,6 +383,30 @@ static void gemm_region(const GemmArgs *g, int r0, int r1, int c0, int c1, float
                 for (int q = 0; q < npan; q++)
                     pack_b_panel(bp + (size_t)q * kc * NR, g->B, g->ldb, g->transB, pc, kc, jc + q * NR,
                                  imin(NR, nc - q * NR));
+#ifdef VL
+            if (nc <= DIRECT_MAX_N && (!g->transA || g->lda <= DIRECT_TRANS_MAX_LDA)) {
+                /* op(A) in place; a last, partial MR panel is packed */
+                for (int ic = r0; ic < r1; ic += MC) {
+                    int mc = imin(MC, r1 - ic);
+                    for (int q = 0; q < npan; q++)
+                        for (int p = 0; p < mc; p += MR) {
+                            float *c = g->C + (size_t)(ic + p) * g->ldc + jc + q * NR;
+                            int n = imin(NR, nc - q * NR);
+                            const float *bq = bk + (size_t)q * kc * NR;
+                            if (mc - p < MR) {
+                                if (q == 0) pack_a(ap, g->A, g->lda, g->transA, ic + p, mc - p, pc, kc);
+                                micro_kernel(kc, ap, bq, c, g->ldc, mc - p, n, g->alpha, g->beta, first);
+                            } else if (!g->transA)
+                                micro_kernel_rows(kc, g->A + (size_t)(ic + p) * g->lda + pc, g->lda, bq, c,
+                                                  g->ldc, n, g->alpha, g->beta, first);
+                            else
+                                micro_kernel_cols(kc, g->A + (size_t)pc * g->lda + ic + p, g->lda, bq, c,
+                                                  g->ldc, n, g->alpha, g->beta, first);
+                        }
+                }
+                continue;
+            }
+#endif
             for (int ic = r0; ic < r1; ic += MC) {
                 int mc = imin(MC, r1 - ic);
                 pack_a(ap, g->A, g->lda, g->transA, ic, mc, pc, kc);
@@ -410,6 +472,14 @@ void k_gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, co
 /* ---- op(B) packed once (gemm.h) ------------------------------------------------------------- */
 
 static size_t npad_of(int N) { return (size_t)(N + NR - 1) / NR * NR; }
+
+#ifdef VL
+/* N columns fill their NR-wide panels but for at most an eighth of padding. */
+static int panels_full(int N) {
+    size_t npad = npad_of(N);
+    return N > 0 && 8 * (npad - (size_t)N) <= npad;
+}
+#endif
 
 size_t k_gemm_pack_floats(int N, int K) { return (size_t)K * npad_of(N); }
 
@@ -494,10 +564,7 @@ static void gemv_panels(int kc, const float *restrict x, const float *restrict b
  * eighth of the panels' width padding (a Mamba2 dt block of 8 heads in 32-wide panels would read
  * four times its weights). */
 #ifdef VL
-static int gemv_packed_ok(int N) {
-    size_t npad = npad_of(N);
-    return N > 0 && 8 * (npad - (size_t)N) <= npad;
-}
+static int gemv_packed_ok(int N) { return panels_full(N); }
 
 /* Per weight read, one thread, for the team (as gemm_small.c's SMALL_NS_WEIGHT). */
 #define GV_NS_WEIGHT 0.04
@@ -536,8 +603,9 @@ static void gemv_packed(int transA, int N, int K, float alpha, const float *A, i
  *   built-in GEMM.
  * - otherwise, with OpenBLAS, cblas_sgemm when the product is not worth a parallel region
  *   (gemm_team gives one thread) and OpenBLAS runs a kernel of the build's class (blas_usable,
- *   below): 5-8% faster than k_gemm_blocked on one core. OpenBLAS always runs on one thread
- *   (threads.c), so its own pool never spins against OpenMP's.
+ *   below): 5-8% faster than k_gemm_blocked on one core; except narrow products with nearly
+ *   full panels, which k_gemm_blocked runs faster there (builtin_narrow, below). OpenBLAS always
+ *   runs on one thread (threads.c), so its own pool never spins against OpenMP's.
  * - otherwise k_gemm_blocked on OpenMP's threads.
  * The choice depends on the shape, on "one thread or more", never on how many, and on the kernel
  * OpenBLAS chose for the host: results are bit-identical at any thread count >= 2 (and at any count
@@ -613,6 +681,57 @@ static int use_blas(int M, int N, int K) {
 
 static int small_m_max(int M, int N, int K) { return use_blas(M, N, K) ? 8 : 16; }
 
+/* Narrow products that the built-in GEMM runs faster than OpenBLAS on one thread, since it reads
+ * op(A) in place there (DIRECT_MAX_N) and their panels are nearly full. Measured on Zen 4, one
+ * thread, OpenBLAS time / built-in time over M 256-8192, K 64 and 256, all four transposes:
+ *   AVX-512 against OpenBLAS's Cooperlake kernel: N 32: 0.87-1.59, N 64: 1.05-1.32, N 96:
+ *     1.02-1.24, N 128: 1.02-1.20, but N 40: 0.59-0.96, N 100: 0.75-0.96, N 17: 0.34-1.14;
+ *   AVX2 against its Haswell kernel (OPENBLAS_CORETYPE=Haswell): N 16: 1.11-1.77, N 32:
+ *     0.94-1.59, N 48: 0.85-1.30, N 64-128: 0.84-1.37 (the low ends with transposed A at
+ *     lda 1024, which DIRECT_TRANS_MAX_LDA now packs), but N 24: 0.68-1.10, N 40: 0.70-1.02.
+ *   An OpenBLAS kernel with wider vectors than the build's keeps them (blas_wider).
+ * Two exceptions stay with OpenBLAS. Few rows: M = 16 (one MR panel and a padded one), dW
+ * N 64 K 8192: 0.7-0.9. Products that add onto a large C (beta != 0; an implicit layer's
+ * injection) when C comes from memory, where OpenBLAS's loads of C are better timed: M 8192,
+ * N 128, K 64, beta 1, operands cycled through 48 MiB: 0.86, in the implicit LM's solver 0.85-0.9. */
+#define NARROW_MIN_M 64
+#define NARROW_MAX_READ_C (64 * 1024) /* floats of C (256 KiB) that may be read: L2-resident */
+#ifdef IM_OPENBLAS
+/* Whether OpenBLAS's kernel has wider vectors than the build's (an AVX2 build on an AVX-512 host,
+ * any OpenBLAS under the SSE2 kernel): then it keeps the narrow products too. Decided once, as
+ * blas_core_usable. */
+static _Atomic int blas_core_wider = -1;
+
+static int blas_wider(void) {
+    int w = atomic_load_explicit(&blas_core_wider, memory_order_relaxed);
+    if (w < 0) {
+#if defined(__AVX512F__)
+        w = 0;
+#elif defined(__AVX2__) && defined(__FMA__)
+        static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+        const char *core = k_blas_core();
+        w = 0;
+        for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0]; i++) w |= strcasecmp(core, avx512[i]) == 0;
+#else
+        w = 1;
+#endif
+        atomic_store_explicit(&blas_core_wider, w, memory_order_relaxed);
+    }
+    return w;
+}
+#endif
+
+static int builtin_narrow(int transA, int M, int N, int lda, float beta) {
+#if defined(VL) && defined(IM_OPENBLAS)
+    return M >= NARROW_MIN_M && N <= DIRECT_MAX_N && panels_full(N) &&
+           (!transA || lda <= DIRECT_TRANS_MAX_LDA) && (beta == 0.0f || (size_t)M * N <= NARROW_MAX_READ_C) &&
+           !blas_wider();
+#else
+    (void)transA, (void)M, (void)N, (void)lda, (void)beta;
+    return 0;
+#endif
+}
+
 const char *k_gemm_backend(void) { return use_blas(1 << 12, 1 << 12, 1 << 12) ? "openblas" : "builtin"; }
 
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
@@ -621,7 +740,7 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
         k_gemm_small(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    if (!use_blas(M, N, K)) {
+    if (!use_blas(M, N, K) || builtin_narrow(transA, M, N, lda, beta)) {
         k_gemm_blocked(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
@@ -658,7 +777,8 @@ void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const f
         return;
     }
 #endif
-    int blas_better = use_blas(M, N, K) && (M > PB_BLAS_MAX_M || N < PB_BLAS_MIN_N);
+    int blas_better = use_blas(M, N, K) && !builtin_narrow(transA, M, N, lda, beta) &&
+                      (M > PB_BLAS_MAX_M || N < PB_BLAS_MIN_N);
     if (!packed || M <= small_m_max(M, N, K) || blas_better) {
         k_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
