@@ -6,7 +6,9 @@
  *    a Linear with M = 8192 rows, C = 256, OC = 1024 (fwd, dx, dW), at 1 and 2 threads, each as
  *    a fraction of the roofline for that many threads (work_gemm: 2 M N K FLOPs; A, B read and C
  *    written once; every case here is FLOP-bound, so this is the fraction of the FMA peak).
- * 3. GEMV-shaped products (M = 1, K = N = 288, 768, 2048): k_gemm and OpenBLAS in GB/s of weight.
+ * 3. GEMV-shaped products (M = 1, K = N = 288, 768, 2048): k_gemm (dot form), k_gemm_pb on packed
+ *    panels and OpenBLAS, in GB/s of weight; then the dot form and the panels at the shapes of
+ *    batch-1 generation, with weights cycled through L3 and memory as a model's layers are.
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
  * 5. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
@@ -110,37 +112,106 @@ static void bench_gemm(Rng *r) {
     }
 }
 
-/* GEMV-shaped products (M = 1, K = N): k_gemm (its small-M path) vs OpenBLAS, in GB/s of weight
- * read (4 K N bytes; x and y are noise next to it), y = x W^T (tB = 1) and y = x W (tB = 0). */
+/* GEMV-shaped products (M = 1, K = N): k_gemm (its small-M path: the weight streamed in place, dot
+ * form), k_gemm_pb on the weight packed once (the panels that generation reads where they are
+ * mostly full) and OpenBLAS, in GB/s of weight read (4 K N bytes; x and y are noise next to it),
+ * y = x W^T (tB = 1) and y = x W (tB = 0). The dot form and the panels are timed in turns, so a
+ * drift of the machine's speed reaches both. */
 static void run_kgemm(void *p) {
     GemmCase *g = p;
     k_gemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->ta ? g->M : g->K, g->B, g->tb ? g->K : g->N,
            0.0f, g->C, g->N);
 }
 
+typedef struct { GemmCase g; float *packed; } PackedCase;
+
+static void run_kgemm_pb(void *p) {
+    PackedCase *c = p;
+    GemmCase *g = &c->g;
+    k_gemm_pb(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, g->ta ? g->M : g->K, g->B, g->tb ? g->K : g->N,
+              c->packed, 0.0f, g->C, g->N);
+}
+
+static void bench_gen_rows(Rng *r);
+
 static void bench_gemv(Rng *r) {
     static const int sizes[] = {288, 768, 2048};
-    printf("\nGEMV M = 1 (GB/s of weight read; k_gemm = the small-M path)\n");
-    printf("  %-6s %-6s %-7s %-10s %-10s\n", "K=N", "tA tB", "threads", "k_gemm", "openblas");
+    printf("\nGEMV M = 1 (GB/s of weight read; k_gemm = the small-M path's dot form, packed = k_gemm_pb on\n"
+           "the weight packed once, best of alternated turns)\n");
+    printf("  %-6s %-6s %-7s %-10s %-10s %-10s\n", "K=N", "tA tB", "threads", "k_gemm", "packed", "openblas");
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int tb = 1; tb >= 0; tb--) {
             int n = sizes[s];
             GemmCase g = {0, tb, 1, n, n, NULL, NULL, NULL};
             float *A = randn((size_t)n, r), *B = randn((size_t)n * n, r), *C = calloc((size_t)n, sizeof(float));
+            float *packed = malloc(k_gemm_pack_floats(n, n) * sizeof(float));
+            k_gemm_pack_b(packed, tb, n, n, B, n);
             g.A = A, g.B = B, g.C = C;
+            PackedCase pc = {g, packed};
             double bytes = 4.0 * n * n;
             for (int nt = 1; nt <= 2; nt++) {
                 k_set_threads(nt);
-                double gk = bytes / best_time(run_kgemm, &g) / 1e9;
+                double tk = 1e30, tp = 1e30;
+                for (int turn = 0; turn < 3; turn++) {
+                    double t = best_time(run_kgemm, &g);
+                    if (t < tk) tk = t;
+                    t = best_time(run_kgemm_pb, &pc);
+                    if (t < tp) tp = t;
+                }
                 char ob[32] = "n/a";
 #ifdef IM_OPENBLAS
                 openblas_set_num_threads(nt);
                 snprintf(ob, sizeof ob, "%8.1f", bytes / best_time(run_openblas, &g) / 1e9);
 #endif
-                printf("  %-6d %d  %d   %-7d %8.1f   %s\n", n, 0, tb, nt, gk, ob);
+                printf("  %-6d %d  %d   %-7d %8.1f   %8.1f   %s\n", n, 0, tb, nt, bytes / tk / 1e9, bytes / tp / 1e9, ob);
             }
-            free(A), free(B), free(C);
+            free(A), free(B), free(C), free(packed);
         }
+    bench_gen_rows(r);
+}
+
+/* One-row products y = x W^T at the shapes of batch-1 generation (stories15M's D 288, hidden 768,
+ * vocabulary 32000; D 768), each weight one of `copies` cycled as a model's layers are, so that
+ * they come from L3 or memory as in generation: the dot form (k_gemm) against the packed panels
+ * (k_gemm_pb; the same as k_gemm where the build keeps the dot form), one thread, in turns. */
+typedef struct { int N, K, copies, packed; const float *x; float *y; float **W, **pk; } GenRow;
+
+static void run_gen_row(void *p) {
+    GenRow *g = p;
+    for (int c = 0; c < g->copies; c++)
+        if (g->packed) k_gemm_pb(0, 1, 1, g->N, g->K, 1.0f, g->x, g->K, g->W[c], g->K, g->pk[c], 0.0f, g->y, g->N);
+        else k_gemm(0, 1, 1, g->N, g->K, 1.0f, g->x, g->K, g->W[c], g->K, 0.0f, g->y, g->N);
+}
+
+static void bench_gen_rows(Rng *r) {
+    static const int shapes[][3] = {{288, 288, 24}, {768, 288, 12}, {288, 768, 12}, {32000, 288, 1}, {2048, 768, 12}};
+    printf("\nGEMV at generation shapes, y = x W^T, weights cycled (GB/s of weight read, one thread)\n");
+    printf("  %-6s %-5s %-7s %-9s %-10s %-10s\n", "N", "K", "copies", "MiB", "k_gemm", "packed");
+    k_set_threads(1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        GenRow g = {shapes[s][0], shapes[s][1], shapes[s][2], 0, NULL, NULL, NULL, NULL};
+        float *x = randn((size_t)g.K, r);
+        g.x = x, g.y = calloc((size_t)g.N, sizeof(float));
+        g.W = malloc((size_t)g.copies * sizeof *g.W), g.pk = malloc((size_t)g.copies * sizeof *g.pk);
+        for (int c = 0; c < g.copies; c++) {
+            g.W[c] = randn((size_t)g.N * g.K, r);
+            g.pk[c] = malloc(k_gemm_pack_floats(g.N, g.K) * sizeof(float));
+            k_gemm_pack_b(g.pk[c], 1, g.N, g.K, g.W[c], g.K);
+        }
+        double bytes = 4.0 * g.N * g.K * g.copies, td = 1e30, tp = 1e30;
+        for (int turn = 0; turn < 3; turn++) {
+            g.packed = 0;
+            double t = best_time(run_gen_row, &g);
+            if (t < td) td = t;
+            g.packed = 1;
+            t = best_time(run_gen_row, &g);
+            if (t < tp) tp = t;
+        }
+        printf("  %-6d %-5d %-7d %-9.1f %8.1f   %8.1f\n", g.N, g.K, g.copies, bytes / 1048576.0, bytes / td / 1e9,
+               bytes / tp / 1e9);
+        for (int c = 0; c < g.copies; c++) free(g.W[c]), free(g.pk[c]);
+        free(g.W), free(g.pk), free(x), free(g.y);
+    }
 }
 
 /* ---- bandwidth-bound kernels ----------------------------------------------------------------- */
