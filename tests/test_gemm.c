@@ -223,9 +223,10 @@ static void test_packed_same(void) {
                     free(C), free(R);
                     prod_free(&p);
                 }
-    /* k_gemm_pb on one row over panels that are mostly full (the packed GEMV): row 0 of the
-     * blocked GEMM, bit for bit, at 1 and 3 threads; N across the group of four panels and its
-     * tail, K across KC and the NC block of columns, beta 0 with NaN in C and beta 1 */
+    /* k_gemm_pb on one row over panels that are mostly full (the packed GEMV, where the build
+     * has it): row 0 of the blocked GEMM, bit for bit, at 1 and 3 threads; elsewhere k_gemm's
+     * very bits (the dot form); N across the group of four panels and its tail, K across KC and
+     * the NC block of columns, beta 0 with NaN in C and beta 1 */
     static const int row_shapes[][2] = {{2100, 600}, {250, 1030}, {128, 7}, {61, 290}, {1000, 1}, {64, 512}};
     for (size_t s = 0; s < sizeof row_shapes / sizeof row_shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
@@ -236,11 +237,12 @@ static void test_packed_same(void) {
                         float al = AB[a][0], be = AB[a][1];
                         Prod p = prod_new(ta, tb, 1, d[0], d[1], be == 0.0f);
                         k_set_threads(t);
-                        float *C = prod_run(&p, pb_fn, al, be), *R = prod_run(&p, k_gemm_blocked, al, be);
+                        int panels = k_gemm_pb_row_panels(d[0], tb);
+                        float *C = prod_run(&p, pb_fn, al, be), *R = prod_run(&p, panels ? k_gemm_blocked : k_gemm, al, be);
                         k_set_threads(2);
                         TH_CHECK(memcmp(C, R, sizeof(float) * p.ldc) == 0,
-                                 "gemm_pb tA=%d tB=%d M=1 N=%d K=%d alpha=%g beta=%g at %d threads: differs from "
-                                 "gemm_blocked", ta, tb, d[0], d[1], al, be, t);
+                                 "gemm_pb tA=%d tB=%d M=1 N=%d K=%d alpha=%g beta=%g at %d threads: differs from %s",
+                                 ta, tb, d[0], d[1], al, be, t, panels ? "gemm_blocked" : "gemm");
                         free(C), free(R);
                         prod_free(&p);
                     }

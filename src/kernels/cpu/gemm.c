@@ -513,7 +513,8 @@ void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A,
  * one thread, 5 MiB of weights re-read from L3, GB/s of weights, against k_gemm_small's dot form):
  * N 768 K 288: 84 -> 93, N 288 K 288: 79 -> 90, N 1024 K 128: 78 -> 87, N 288 K 768: 90 -> 93;
  * from DRAM about level (N 32000 K 288: 42 -> 42, N 2048 K 768: 33 -> 30). Narrow products, whose
- * panels would be mostly padding, stay on the dot form (gemv_packed_ok). */
+ * panels would be mostly padding, and x W^T in AVX2 and SSE2 builds stay on the dot form
+ * (gemv_packed_ok). */
 #ifdef VL
 enum { GV_PANELS = 4 };
 
@@ -560,11 +561,27 @@ static void gemv_panels(int kc, const float *restrict x, const float *restrict b
 }
 #endif
 
-/* Whether a one-row product takes the packed panels (builds with vector panels): at most an
- * eighth of the panels' width padding (a Mamba2 dt block of 8 heads in 32-wide panels would read
- * four times its weights). */
+/* Whether a one-row product takes the packed panels: at most an eighth of the panels' width
+ * padding (a Mamba2 dt block of 8 heads in 32-wide panels would read four times its weights), and
+ * for y = x W^T (transB = 1, every product of generation) only in AVX-512 builds. Measured on
+ * Zen 4, one thread, weights cycled through 7.6-72 MiB as a model's layers are (bench_kernels
+ * --only gemv), GB/s of weight, dot form / panels, three runs:
+ *   AVX-512: N 288 K 288: 55-71 / 67-81, N 768 K 288: 62-66 / 70-77, N 288 K 768: 73 / 76,
+ *            N 32000 K 288: 36-37 / 34-36, N 2048 K 768: 32-33 / 31-32;
+ *   AVX2:    288 x 288: 59-82 / 63-83, 768 x 288: 50-79 / 48-83, 288 x 768: 57-86 / 53-79,
+ *            32000 x 288: 26-35 / 23-28, 2048 x 768: 25-29 / 25-27 (-20% .. +7%, mostly below);
+ *   SSE2:    64-69 / 53-57, 53-59 / 40-49, 50 / 45, 25 / 16, 22 / 16 (8-wide panels of 4-wide
+ *            vectors).
+ * y = x W (transB = 0) reads the panels 1.2-2x faster than its dot form in every build. */
 #ifdef VL
-static int gemv_packed_ok(int N) { return panels_full(N); }
+static int gemv_packed_ok(int N, int transB) {
+#if VL >= 16
+    (void)transB;
+    return panels_full(N);
+#else
+    return !transB && panels_full(N);
+#endif
+}
 
 /* Per weight read, one thread, for the team (as gemm_small.c's SMALL_NS_WEIGHT). */
 #define GV_NS_WEIGHT 0.04
@@ -589,6 +606,15 @@ static void gemv_packed(int transA, int N, int K, float alpha, const float *A, i
            });
 }
 #endif
+
+int k_gemm_pb_row_panels(int N, int transB) {
+#ifdef VL
+    return gemv_packed_ok(N, transB);
+#else
+    (void)N, (void)transB;
+    return 0;
+#endif
+}
 
 /* Which code runs a product (k_gemm):
  * - few rows (M <= small_m_max()): k_gemm_small (gemm_small.c), in every build. A packing GEMM
@@ -772,7 +798,7 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, const float *packed, float beta, float *C, int ldc) {
 #ifdef VL
-    if (packed && M == 1 && K > 0 && gemv_packed_ok(N)) {
+    if (packed && M == 1 && K > 0 && gemv_packed_ok(N, transB)) {
         gemv_packed(transA, N, K, alpha, A, lda, packed, beta, C);
         return;
     }
