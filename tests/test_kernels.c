@@ -955,6 +955,34 @@ static void test_sumsq_axpby(void) {
     TH_CHECK(k_sumsq(ones, 5) == 55.0, "sumsq(1..5) = %g", k_sumsq(ones, 5));
 }
 
+/* k_resid_rel_inf against the reference, exactly (maxima only): tokens shorter than, equal to and
+ * longer than the lanes, with tails; a NaN or inf in F anywhere gives NaN, a NaN in y alone is
+ * passed over, an inf in y gives inf; F all zero with eps 0 (0 / 0 and d / 0). */
+static int same_double(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+
+static void test_resid_rel_inf(void) {
+    static const size_t shape[][2] = {{1, 1}, {7, 7}, {16, 8}, {130, 130}, {640, 64}, {1088 * 4, 128}, {51, 17}};
+    static const double eps[] = {0.0, 1e-6};
+    for (size_t s = 0; s < sizeof shape / sizeof shape[0]; s++)
+        for (int e = 0; e < 2; e++)
+            for (int mode = 0; mode < 6; mode++) {
+                size_t per = shape[s][0], tok = shape[s][1];
+                float *y = rnd(per, 1), *F = rnd(per, 1);
+                size_t at = (per * 5) / 7; /* a position inside some token, not the first */
+                if (mode == 1) F[at] = NAN;
+                if (mode == 2) F[per - 1] = -INFINITY;
+                if (mode == 3) y[at] = NAN;
+                if (mode == 4) y[at] = INFINITY;
+                if (mode == 5)
+                    for (size_t i = 0; i < per; i++) F[i] = 0.0f, y[i] = i % 3 ? 0.0f : 1e-3f * (float)i;
+                double a = k_resid_rel_inf(y, F, per, tok, eps[e]), r = k_resid_rel_inf_ref(y, F, per, tok, eps[e]);
+                TH_CHECK(same_double(a, r), "resid_rel_inf per %zu tok %zu eps %g mode %d: %.17g vs %.17g", per, tok,
+                         eps[e], mode, a, r);
+                if (mode == 1 || mode == 2) TH_CHECK(isnan(a), "resid_rel_inf: non-finite F must give NaN");
+                free(y), free(F);
+            }
+}
+
 /* k_copy_rows against the reference: strided blocks narrower than their rows (the injection's
  * parts: 8 to 300 floats of a wider row), contiguous arrays (one long row, split in pieces),
  * copy and add; floats outside the block must not change. Exact: one copy or add per element. */
@@ -1122,6 +1150,7 @@ int main(void) {
     test_adamw();
     test_sumsq_axpby();
     test_copy_rows();
+    test_resid_rel_inf();
     test_threads();
     printf("max errors (fast vs ref | finite differences | directional/dot test):\n");
     for (int i = 0; i < n_worst; i++)

@@ -43,31 +43,13 @@ double fpo_gamma(Rng *r, double shape, double scale) {
     }
 }
 
-/* Residual of sample b (max over its tokens of the relative ∞-norm); NAN if F is not finite. */
-static double sample_residual(const float *y, const float *F, size_t per, size_t tok, double eps) {
-    double worst = 0;
-    for (size_t t0 = 0; t0 < per; t0 += tok) {
-        double dmax = 0, fmax = 0;
-        for (size_t i = t0; i < t0 + tok; i++) {
-            double f = F[i];
-            if (!isfinite(f)) return NAN;
-            double d = fabs((double)y[i] - f), a = fabs(f);
-            if (d > dmax) dmax = d;
-            if (a > fmax) fmax = a;
-        }
-        double r = dmax / (fmax + eps);
-        if (r > worst) worst = r;
-    }
-    return worst;
-}
-
 /* The per-sample passes of fpo_solve (k_foreach items): residuals, then the relaxed update. */
 typedef struct { float *y; const float *F, *step; double *res; size_t per, tok; double eps; } FpoStep;
 
 static void fpo_residuals(void *ctx, long b0, long b1) {
     const FpoStep *a = ctx;
     for (long b = b0; b < b1; b++)
-        a->res[b] = sample_residual(a->y + b * a->per, a->F + b * a->per, a->per, a->tok, a->eps);
+        a->res[b] = k_resid_rel_inf(a->y + b * a->per, a->F + b * a->per, a->per, a->tok, a->eps);
 }
 
 static void fpo_relax(void *ctx, long b0, long b1) {

@@ -37,7 +37,7 @@
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
-    X(adamw) X(sumsq) X(axpby) X(copy_rows) X(foreach)
+    X(adamw) X(sumsq) X(resid_rel_inf) X(axpby) X(copy_rows) X(foreach)
 
 /* ---- threads -------------------------------------------------------------------------------- */
 /* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
@@ -393,6 +393,12 @@ void k_adamw_ref(float *p, float *m, float *v, const float *g, size_t n, float l
 /* sum of squares in double (for the global grad norm); fixed-order reduction. */
 double k_sumsq(const float *x, size_t n);
 double k_sumsq_ref(const float *x, size_t n);
+/* The fixed-point solver's residual of one sample of per floats, tokens of tok floats (per a
+ * multiple of tok): the largest over its tokens of max_i |y_i - F_i| / (max_i |F_i| + eps), in
+ * double; NAN when F holds an inf or a NaN (a NaN in y alone is passed over, as max passes over
+ * it). Maxima only, so the value does not depend on the order of the elements. */
+double k_resid_rel_inf(const float *y, const float *F, size_t per, size_t tok, double eps);
+double k_resid_rel_inf_ref(const float *y, const float *F, size_t per, size_t tok, double eps);
 /* y = a*x + b*y  (relaxation steps, residual adds, scaling) */
 void k_axpby(float *y, float a, const float *x, float b, size_t n);
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);

@@ -441,6 +441,23 @@ double k_sumsq_ref(const float *x, size_t n) {
     return s;
 }
 
+double k_resid_rel_inf_ref(const float *y, const float *F, size_t per, size_t tok, double eps) {
+    double worst = 0;
+    for (size_t t0 = 0; t0 < per; t0 += tok) {
+        double dmax = 0, fmax = 0;
+        for (size_t i = t0; i < t0 + tok; i++) {
+            double f = F[i];
+            if (!isfinite(f)) return NAN;
+            double d = fabs((double)y[i] - f), a = fabs(f);
+            if (d > dmax) dmax = d;
+            if (a > fmax) fmax = a;
+        }
+        double r = dmax / (fmax + eps);
+        if (r > worst) worst = r;
+    }
+    return worst;
+}
+
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n) {
     /* b == 0 overwrites y without reading it (as GEMM's beta), so y may start uninitialised */
     for (size_t i = 0; i < n; i++) y[i] = b == 0.0f ? a * x[i] : a * x[i] + b * y[i];
