@@ -433,15 +433,24 @@ static void test_block(Rng *r, MixerKind mixer, MlpKind mlp, int masked) {
  * the pack, with enough rows (B T = 48, step batch 20) that the packed panels are used. Builds
  * without BLAS run the same blocked GEMM either way: the same bits. With BLAS the unpacked side
  * may be OpenBLAS: within a dot product's rounding. */
+/* A block of the given mixer and MLP with its weights, named "what(mixer,mlp)", for the tests that
+ * run it on inputs of their own (attention's KV cache holds T positions). */
+static void blk_case(BlkCtx *c, GradCase *gc, char name[64], const char *what, MixerKind mixer, MlpKind mlp, int T,
+                     Rng *r) {
+    snprintf(name, 64, "%s(%s,%s)", what, mixer == MIXER_MAMBA2 ? "mamba2" : "attn",
+             mlp == MLP_NONE ? "none" : mlp == MLP_SWIGLU ? "swiglu" : "gated");
+    *c = (BlkCtx){.cfg = blk_cfg(mixer, mlp)};
+    if (mixer == MIXER_ATTN) c->cfg.attn.Tmax = T;
+    *gc = (GradCase){.name = name};
+    blk_params(gc, c, r);
+}
+
 static void test_block_packed(Rng *r, MixerKind mixer, MlpKind mlp) {
     enum { PB = 4, PT = 12, SB = 20 };
     char name[64];
-    snprintf(name, sizeof name, "block_pack(%s,%s)", mixer == MIXER_MAMBA2 ? "mamba2" : "attn",
-             mlp == MLP_NONE ? "none" : mlp == MLP_SWIGLU ? "swiglu" : "gated");
-    BlkCtx c = {.cfg = blk_cfg(mixer, mlp)};
-    if (mixer == MIXER_ATTN) c.cfg.attn.Tmax = PT;
-    GradCase gc = {.name = name};
-    blk_params(&gc, &c, r);
+    BlkCtx c;
+    GradCase gc;
+    blk_case(&c, &gc, name, "block_pack", mixer, mlp, PT, r);
     const BlockCfg *k = &c.cfg;
     int U = block_u_dim(k);
     size_t n = (size_t)PB * PT * BD, nu = (size_t)PB * PT * U;
@@ -595,6 +604,74 @@ static void test_head(Rng *r) {
     free(c.cache); free(c.scratch);
 }
 
+/* The injection in the mixer's parts (block_set_u_parts): block_u_to_parts puts element (m, j) of
+ * part p (columns off_p .. off_p + n_p of the rows) at M off_p + m n_p + j and block_u_to_rows
+ * undoes it; forward, backward (du converted back) and step give the very bits of the rows
+ * layout, since the layers add the same values in the same order, only read from elsewhere. */
+static void test_block_u_parts(Rng *r, MixerKind mixer, MlpKind mlp) {
+    enum { PB = 3, PT = 7 };
+    char name[64];
+    BlkCtx c;
+    GradCase gc;
+    blk_case(&c, &gc, name, "block_u_parts", mixer, mlp, PT, r);
+    BlockCfg rows = c.cfg, parts = c.cfg;
+    block_set_u_parts(&parts, 1);
+    int U = block_u_dim(&rows), widths[BLOCK_U_PARTS], np = block_u_parts(&rows, widths);
+    size_t M = (size_t)PB * PT, n = M * BD, nu = M * U;
+    float *z = th_alloc(n), *u = th_alloc(nu), *g = th_alloc(n), *up = th_alloc(nu), *back = th_alloc(nu);
+    th_fill_normal(z, n, r, 1.f), th_fill_normal(u, nu, r, 0.5f), th_fill_normal(g, n, r, 1.f);
+    block_u_to_parts(&rows, up, u, M);
+    int sum = 0, placed = 1;
+    for (int p = 0; p < np; p++) {
+        for (size_t m = 0; m < M; m++)
+            for (int j = 0; j < widths[p]; j++)
+                placed &= up[M * (size_t)sum + m * (size_t)widths[p] + (size_t)j] == u[m * (size_t)U + (size_t)(sum + j)];
+        sum += widths[p];
+    }
+    TH_CHECK(sum == U && placed, "%s: parts of widths summing to %d (u is %d wide), elements in place: %d", name, sum,
+             U, placed);
+    block_u_to_rows(&rows, back, up, M);
+    TH_CHECK(memcmp(back, u, nu * sizeof(float)) == 0, "%s: to_rows(to_parts(u)) != u", name);
+    float *cache = th_alloc(block_cache_floats(&rows, PB, PT)), *sc = th_alloc(block_scratch_floats(&rows, PB, PT));
+    float *y[2], *dz[2], *du[2], *dws[2];
+    size_t nw = 0;
+    for (int i = 0; i < gc.nt; i++) nw += gc.t[i].n;
+    for (int run = 0; run < 2; run++) {
+        const BlockCfg *k = run ? &parts : &rows;
+        const float *uu = run ? up : u;
+        for (int i = 0; i < gc.nt; i++) memset(gc.t[i].g, 0, gc.t[i].n * sizeof(float));
+        y[run] = th_alloc(n), dz[run] = th_alloc(n), du[run] = th_alloc(nu), dws[run] = th_alloc(nw);
+        float *dur = th_alloc(nu);
+        block_fwd(k, &c.w, y[run], z, uu, NULL, cache, sc, NULL, PB, PT);
+        block_bwd(k, &c.w, &c.dw, dz[run], dur, g, z, uu, NULL, cache, sc, PB, PT);
+        if (run) block_u_to_rows(&rows, du[run], dur, M);
+        else memcpy(du[run], dur, nu * sizeof(float));
+        free(dur);
+        for (int i = 0, o = 0; i < gc.nt; o += (int)gc.t[i].n, i++) memcpy(dws[run] + o, gc.t[i].g, gc.t[i].n * sizeof(float));
+    }
+    const char *what[4] = {"fwd", "dz", "du", "dW"};
+    float *a[4] = {y[0], dz[0], du[0], dws[0]}, *b[4] = {y[1], dz[1], du[1], dws[1]};
+    size_t len[4] = {n, n, nu, nw};
+    for (int q = 0; q < 4; q++)
+        TH_CHECK(memcmp(a[q], b[q], len[q] * sizeof(float)) == 0, "%s: %s in parts differs from rows", name, what[q]);
+    /* one step of PB sequences from the zero state, u of one token (M = PB) */
+    size_t ns = block_state_floats(&rows, PB);
+    float *st = th_alloc(ns), *ssc = th_alloc(block_step_scratch_floats(&rows, PB));
+    float *zt = th_alloc((size_t)PB * BD), *ut = th_alloc((size_t)PB * U), *utp = th_alloc((size_t)PB * U), *yt[2];
+    th_fill_normal(zt, (size_t)PB * BD, r, 1.f), th_fill_normal(ut, (size_t)PB * U, r, 0.5f);
+    block_u_to_parts(&rows, utp, ut, PB);
+    for (int run = 0; run < 2; run++) {
+        memset(st, 0, ns * sizeof(float));
+        yt[run] = th_alloc((size_t)PB * BD);
+        block_step(run ? &parts : &rows, &c.w, yt[run], zt, run ? utp : ut, st, 0, 1, ssc, PB);
+    }
+    TH_CHECK(memcmp(yt[0], yt[1], (size_t)PB * BD * sizeof(float)) == 0, "%s: step in parts differs from rows", name);
+    for (int run = 0; run < 2; run++) { free(y[run]); free(dz[run]); free(du[run]); free(dws[run]); free(yt[run]); }
+    free(z); free(u); free(g); free(up); free(back); free(cache); free(sc); free(st); free(ssc); free(zt); free(ut);
+    free(utp);
+    free_case(&gc);
+}
+
 int main(void) {
     th_name = "test_layers";
     Rng r;
@@ -615,6 +692,7 @@ int main(void) {
     test_block(&r, MIXER_ATTN, MLP_GATED, 1);
     for (int mixer = 0; mixer < 2; mixer++)
         for (int mlp = 0; mlp < 3; mlp++) test_block_packed(&r, (MixerKind)mixer, (MlpKind)mlp);
+    for (int mixer = 0; mixer < 2; mixer++) test_block_u_parts(&r, (MixerKind)mixer, MLP_GATED);
     test_head(&r);
     printf("test_layers: worst FD rel err %.3g, worst directional rel err %.3g\n", worst_fd,
            worst_dir);

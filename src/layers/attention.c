@@ -24,6 +24,7 @@ void attn_cfg_init(AttnCfg *cfg, int D, int n_head, float theta, int Tmax) {
     cfg->HD = D / n_head;
     cfg->theta = theta;
     cfg->Tmax = Tmax;
+    cfg->u_parts = 0;
 }
 
 /* The backward needs post-RoPE q and k and v (for k_attn_bwd), o (for dWo) and the per-row lse
@@ -69,6 +70,12 @@ void attn_pack(const AttnCfg *cfg, AttnW *w, float *packed) {
     for (int i = 0; i < 4; i++) linear_pack((float *)pack_of(cfg, w, i), W[i], cfg->D, cfg->D);
 }
 
+/* The distance from one part of the injection (u_q, u_k, u_v) to the next, and their row stride. */
+static size_t u_part_step(const AttnCfg *cfg, int M, size_t *ld) {
+    *ld = cfg->u_parts ? (size_t)cfg->D : 3 * (size_t)cfg->D;
+    return cfg->u_parts ? (size_t)M * (size_t)cfg->D : (size_t)cfg->D;
+}
+
 /* q, k, v:(M,D) = x Wq^T (+ u_q) etc., no RoPE yet. Shared by the sequence forward and the step. */
 static void project_qkv(const AttnCfg *cfg, const AttnW *w, float *q, float *k, float *v,
                         const float *x, const float *u, int M) {
@@ -78,10 +85,10 @@ static void project_qkv(const AttnCfg *cfg, const AttnW *w, float *q, float *k, 
     linear_fwd_pk(v, x, w->wv, pack_of(cfg, w, PK_V), NULL, M, D, D);
     if (u) {
         // (uq, uk, uv) = split(u, 3 equal parts of D); q += uq; k += uk; v += uv
-        size_t s = 3 * (size_t)D;
-        k_copy_rows(q, (size_t)D, u, s, (size_t)M, (size_t)D, 1);
-        k_copy_rows(k, (size_t)D, u + D, s, (size_t)M, (size_t)D, 1);
-        k_copy_rows(v, (size_t)D, u + 2 * (size_t)D, s, (size_t)M, (size_t)D, 1);
+        size_t ld, step = u_part_step(cfg, M, &ld);
+        k_copy_rows(q, (size_t)D, u, ld, (size_t)M, (size_t)D, 1);
+        k_copy_rows(k, (size_t)D, u + step, ld, (size_t)M, (size_t)D, 1);
+        k_copy_rows(v, (size_t)D, u + 2 * step, ld, (size_t)M, (size_t)D, 1);
     }
 }
 
@@ -153,11 +160,11 @@ void attn_bwd(const AttnCfg *cfg, const AttnW *w, AttnW *dW, float *dx, float *d
     const float *dq = s0, *dk = s1, *dv = s3; // gradients w.r.t. the pre-RoPE q, k and v
 
     if (du) {
-        // u was added to q, k, v: its gradient is (dq | dk | dv) per row
-        size_t s = 3 * (size_t)D;
-        k_copy_rows(du, s, dq, (size_t)D, (size_t)M, (size_t)D, 1);
-        k_copy_rows(du + D, s, dk, (size_t)D, (size_t)M, (size_t)D, 1);
-        k_copy_rows(du + 2 * (size_t)D, s, dv, (size_t)D, (size_t)M, (size_t)D, 1);
+        // u was added to q, k, v: its gradient is (dq | dk | dv), in u's layout
+        size_t ld, step = u_part_step(cfg, M, &ld);
+        k_copy_rows(du, ld, dq, (size_t)D, (size_t)M, (size_t)D, 1);
+        k_copy_rows(du + step, ld, dk, (size_t)D, (size_t)M, (size_t)D, 1);
+        k_copy_rows(du + 2 * step, ld, dv, (size_t)D, (size_t)M, (size_t)D, 1);
     }
     // The three input projections are separate (D,D) tensors in the checkpoint (§14), hence three
     // calls rather than one fused (3D,D) GEMM; a call is skipped when nothing it feeds is wanted.

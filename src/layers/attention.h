@@ -6,7 +6,8 @@
  *   o    = causal softmax(q k^T / sqrt(HD)) v, per head          (no GQA: n_kv_heads = n_head)
  *   y    = o Wo^T                                                 Wo = mixer.out_proj.weight
  * Heads: feature h*HD .. (h+1)*HD-1 of q/k/v/o belongs to head h (the (B,T,NH,HD) view of (B,T,D)).
- * Injection: u:(B,T,3D), each row is [u_q (D) | u_k (D) | u_v (D)], added before RoPE.
+ * Injection: u:(B,T,3D), each row is [u_q (D) | u_k (D) | u_v (D)] (or in parts: AttnCfg.u_parts),
+ * added before RoPE.
  * No biases, no dropout (0 in every config). The caller does the pre-norm and the residual add.
  *
  * Memory (STYLE §8.3); layers never malloc, every buffer is sized by the *_floats functions:
@@ -33,6 +34,9 @@ typedef struct {
     int HD;      /* head dim = D / NH, even (RoPE pairs i, i + HD/2) */
     float theta; /* RoPE base, 500000 in the reference */
     int Tmax;    /* KV-cache capacity in positions (for attn_step / prefill); 0 = no cache */
+    int u_parts; /* layout of the injection u and of du (attn_cfg_init: 0): 0 rows, as below; 1
+                    parts, u_q, u_k, u_v each a contiguous (M, D) array, one after the other (see
+                    Mamba2Cfg.u_parts) */
 } AttnCfg;
 
 /* Fills cfg; CHECKs D % n_head == 0, D / n_head even, theta > 0, Tmax >= 0. */

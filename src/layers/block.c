@@ -35,6 +35,29 @@ void block_cfg_attn(BlockCfg *c, const AttnCfg *a, MlpKind mlp, int d_inner, flo
 
 int block_u_dim(const BlockCfg *c) { return c->mixer == MIXER_MAMBA2 ? c->mamba2.K : 3 * c->D; }
 
+void block_set_u_parts(BlockCfg *c, int on) { c->mamba2.u_parts = c->attn.u_parts = on ? 1 : 0; }
+
+int block_u_parts(const BlockCfg *c, int n[BLOCK_U_PARTS]) {
+    if (c->mixer == MIXER_MAMBA2) return mamba2_u_parts(&c->mamba2, n);
+    n[0] = n[1] = n[2] = c->D;
+    return 3;
+}
+
+/* One strided copy per part: rows of n_p floats, block_u_dim apart on the rows side. */
+static void u_convert(const BlockCfg *c, float *dst, const float *src, size_t M, int to_parts) {
+    int n[BLOCK_U_PARTS], np = block_u_parts(c, n);
+    size_t K = (size_t)block_u_dim(c), off = 0;
+    for (int p = 0; p < np; p++) {
+        size_t w = (size_t)n[p];
+        if (to_parts) k_copy_rows(dst + M * off, w, src + off, K, M, w, 0);
+        else k_copy_rows(dst + off, K, src + M * off, w, M, w, 0);
+        off += w;
+    }
+}
+
+void block_u_to_parts(const BlockCfg *c, float *dst, const float *u, size_t M) { u_convert(c, dst, u, M, 1); }
+void block_u_to_rows(const BlockCfg *c, float *dst, const float *src, size_t M) { u_convert(c, dst, src, M, 0); }
+
 /* ---- mixer dispatch ------------------------------------------------------------------------
  * The two mixers share the shape "fwd(y, x, u, cache, scratch, state_out)" but differ in small
  * ways: only Mamba2 takes a variational mask (attention dropout is 0 in every config), and their

@@ -3,7 +3,7 @@
  *   z1 = z  + Mixer(RMSNorm1(z), u)          mixer: Mamba2 (§1.4) or attention (§1.5)
  *   z2 = z1 + MLP(RMSNorm2(z1))              only when the block has an MLP (§1.6)
  * u is the implicit model's injection (§2.1), (B,T,K) for Mamba2 and (B,T,3D) for attention
- * (block_u_dim), or NULL for an explicit model. Dropout (§1.7): the caller samples variational
+ * (block_u_dim; in rows or in the mixer's parts, block_set_u_parts), or NULL for an explicit model. Dropout (§1.7): the caller samples variational
  * masks once per model forward and passes them through BlockMasks; the step path uses none.
  *
  * Memory (STYLE §8.3), all by composition of the parts' own *_floats:
@@ -61,6 +61,19 @@ void block_cfg_mamba2(BlockCfg *c, const Mamba2Cfg *m, MlpKind mlp, int d_inner,
 void block_cfg_attn(BlockCfg *c, const AttnCfg *a, MlpKind mlp, int d_inner, float eps);
 /* Width of one token of the injection u: K (Mamba2) or 3D (attention). */
 int block_u_dim(const BlockCfg *c);
+
+/* The injection's layout. By default u and du are rows, (B,T,block_u_dim) row-major. With
+ * block_set_u_parts(c, 1) they are in the mixer's parts: Mamba2's five in_proj row blocks, or
+ * attention's u_q | u_k | u_v, part p a contiguous (M, n_p) array after the parts before it
+ * (Mamba2Cfg.u_parts, AttnCfg.u_parts), for block_fwd, block_bwd and the step alike (M = B T,
+ * or B). A caller that keeps u over many calls (an implicit model's solver) converts it once:
+ *   block_u_parts: the widths n_p (at most BLOCK_U_PARTS), returns their number;
+ *   block_u_to_parts: dst (parts) = u (rows), M rows;  block_u_to_rows: dst (rows) = src (parts). */
+enum { BLOCK_U_PARTS = 5 };
+void block_set_u_parts(BlockCfg *c, int on);
+int block_u_parts(const BlockCfg *c, int n[BLOCK_U_PARTS]);
+void block_u_to_parts(const BlockCfg *c, float *dst, const float *u, size_t M);
+void block_u_to_rows(const BlockCfg *c, float *dst, const float *src, size_t M);
 
 size_t block_cache_floats(const BlockCfg *c, int B, int T);
 size_t block_scratch_floats(const BlockCfg *c, int B, int T);

@@ -36,6 +36,7 @@ void mamba2_cfg_init(Mamba2Cfg *c, int D, int expand, int N, int P, int W, float
     c->C = c->E + 2 * N;
     c->K = 2 * c->E + 2 * N + c->H;
     c->eps = eps;
+    c->u_parts = 0;
 }
 
 static void check_cfg(const Mamba2Cfg *c) {
@@ -78,6 +79,18 @@ static Parts parts_of(const Mamba2Cfg *c) {
 /* Block i of a blocked (M, K) array. */
 static float *blk(float *zx, const Parts *p, size_t M, int i) { return zx + M * (size_t)p->off[i]; }
 
+int mamba2_u_parts(const Mamba2Cfg *c, int n[5]) {
+    Parts p = parts_of(c);
+    for (int i = 0; i < NPART; i++) n[i] = p.n[i];
+    return NPART;
+}
+
+/* Where part i of the injection (or of its gradient) starts, and its row stride (u_parts). */
+static size_t u_off(const Mamba2Cfg *c, const Parts *p, size_t M, int i, size_t *ld) {
+    *ld = c->u_parts ? (size_t)p->n[i] : (size_t)c->K;
+    return c->u_parts ? M * (size_t)p->off[i] : (size_t)p->off[i];
+}
+
 /* ---- weights packed once: in_proj block 0..4 then out_proj, each linear_pack's two forms ---- */
 
 static const float *pack_of_block(const Mamba2Cfg *c, const Mamba2W *w, const Parts *p, int i) {
@@ -110,7 +123,7 @@ void mamba2_pack(const Mamba2Cfg *c, Mamba2W *w, float *packed) {
     linear_pack((float *)pack_of_out(c, w), w->out_proj, c->E, c->D);
 }
 
-/* zx (blocked) = x @ in_proj^T + u, u:(M, K) row-major | NULL. */
+/* zx (blocked) = x @ in_proj^T + u, u:(M, K) in the layout of c->u_parts | NULL. */
 static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const float *x,
                         const float *u, size_t M) {
     const Parts p = parts_of(c);
@@ -119,15 +132,17 @@ static void in_proj_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *zx, const f
      * by block into zx, and the GEMMs then accumulate onto them (beta = 1), which costs no more
      * than writing (beta = 0). */
     if (u)
-        for (int i = 0; i < NPART; i++)
-            k_copy_rows(blk(zx, &p, M, i), (size_t)p.n[i], u + p.off[i], (size_t)c->K, M, (size_t)p.n[i], 0);
+        for (int i = 0; i < NPART; i++) {
+            size_t ld, o = u_off(c, &p, M, i, &ld);
+            k_copy_rows(blk(zx, &p, M, i), (size_t)p.n[i], u + o, ld, M, (size_t)p.n[i], 0);
+        }
     for (int i = 0; i < NPART; i++) /* block i (M, n_i) (+)= x (M, D) @ W[off_i .. off_i + n_i]^T */
         k_gemm_pb(0, 1, (int)M, p.n[i], D, 1.f, x, D, w->in_proj + (size_t)p.off[i] * D, D,
                   pack_of_block(c, w, &p, i), u ? 1.f : 0.f, blk(zx, &p, M, i), p.n[i]);
 }
 
 /* Backward of in_proj_fwd for a blocked gradient dzx: dx += sum_i dzx_i W_i, dW_i += dzx_i^T x,
- * du += dzx (scattered back to row-major K columns). dx, dW, du may be NULL. */
+ * du += dzx (in u's layout, c->u_parts). dx, dW, du may be NULL. */
 static void in_proj_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *dW, float *dx, float *du,
                         float *dzx, const float *x, size_t M) {
     const Parts p = parts_of(c);
@@ -141,8 +156,10 @@ static void in_proj_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *dW, float *
         if (dW) k_gemm(1, 0, p.n[i], D, (int)M, 1.f, g, p.n[i], x, D, 1.f, dW + wo, D);
     }
     if (!du) return;
-    for (int i = 0; i < NPART; i++)
-        k_copy_rows(du + p.off[i], (size_t)c->K, blk(dzx, &p, M, i), (size_t)p.n[i], M, (size_t)p.n[i], 1);
+    for (int i = 0; i < NPART; i++) {
+        size_t ld, o = u_off(c, &p, M, i, &ld);
+        k_copy_rows(du + o, ld, blk(dzx, &p, M, i), (size_t)p.n[i], M, (size_t)p.n[i], 1);
+    }
 }
 
 /* The activations between in_proj and the scan, for M = B*T tokens. xc and xa are blocked as

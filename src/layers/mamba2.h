@@ -34,7 +34,18 @@
 typedef struct {
     int D, E, N, P, H, W, K, C;
     float eps;
+    /* Layout of the injection u and of its gradient du (mamba2_cfg_init: 0):
+     *   0: rows, (M, K) row-major, token after token;
+     *   1: parts, in_proj's five row blocks zgate (E) | x (E) | B (N) | C (N) | dt (H) one after
+     *      the other, part i a contiguous (M, n_i) array at u + M * off_i (mamba2_u_parts).
+     * The product of in_proj adds u part by part on every call; an implicit model, which calls
+     * the layer with the same u in every solver iteration, stores u in parts once per forward so
+     * that those adds read contiguous arrays (rows of 8 to 2E floats, K apart, are slower). */
+    int u_parts;
 } Mamba2Cfg;
+
+/* Widths n_i of the injection's five parts (u_parts), in order; returns 5. */
+int mamba2_u_parts(const Mamba2Cfg *c, int n[5]);
 
 /* Fill every field from the free ones (CHECKs: all > 0, E divisible by P). */
 void mamba2_cfg_init(Mamba2Cfg *c, int D, int expand, int N, int P, int W, float eps);
@@ -78,7 +89,8 @@ size_t mamba2_state_floats(const Mamba2Cfg *c, int B);
 size_t mamba2_step_scratch_floats(const Mamba2Cfg *c, int B);
 
 /* Full-sequence forward from the zero state.
- *   y:(B,T,D) written.  x:(B,T,D) normed input.  u:(B,T,K)|NULL injection added to all K channels.
+ *   y:(B,T,D) written.  x:(B,T,D) normed input.  u:(B,T,K)|NULL injection added to all K channels
+ *   (laid out as c->u_parts says).
  *   drop_mask:(B,D)|NULL variational dropout mask (values 0 or 1/(1-p)), broadcast over T.
  *   cache:(mamba2_cache_floats)|NULL (NULL = no backward will follow).
  *   scratch:(mamba2_scratch_floats) required.
@@ -92,7 +104,8 @@ void mamba2_fwd(const Mamba2Cfg *c, const Mamba2W *w, float *y, const float *x, 
 
 /* Backward of mamba2_fwd for the same (w, x, u, drop_mask, B, T) and the cache it filled.
  *   dy:(B,T,D) gradient on y.  dW: gradient block (NULL, or NULL fields, ok), accumulates (+=).
- *   dx:(B,T,D)|NULL += ;  du:(B,T,K)|NULL += (du = d zx, since u is added to all K channels).
+ *   dx:(B,T,D)|NULL += ;  du:(B,T,K)|NULL += (du = d zx, since u is added to all K channels; laid out
+ *   as u).
  *   u:(B,T,K)|NULL is not read (its effect is in the cached zx); passed for symmetry.
  *   cache:(mamba2_cache_floats) required, read-only.  scratch:(mamba2_scratch_floats) required.
  * dA_log += dA * A;  ddt_bias += sum_{b,t} d(dtraw).  No gradient flows into the state. */
@@ -101,7 +114,7 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
                 const float *cache, float *scratch, int B, int T);
 
 /* One token per sequence (no dropout in the step path, §1.7).
- *   y:(B,D) written.  x:(B,D) normed input.  u:(B,K)|NULL.
+ *   y:(B,D) written.  x:(B,D) normed input.  u:(B,K)|NULL (laid out as c->u_parts says, M = B).
  *   state_in:(mamba2_state_floats(B)) the state after the previous tokens (read-only).
  *   state_out:(mamba2_state_floats(B))|NULL receives the new state; NULL = do not commit
  *     (sequential-mode inner iterations); may equal state_in (commit in place).

@@ -61,7 +61,9 @@ typedef struct {
     size_t pack_per;
     size_t o_inj_w, o_inj_b, o_inj_norm, o_norm_f;   /* effective offsets */
     /* activations */
-    float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path */
+    float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path; u, du (B,T,K) in rows */
+    float *ub, *dub;      /* u and du in the mixer's parts (block_set_u_parts), what the blocks read
+                             and write: converted once per forward and backward, not per f call */
     float *zs;            /* (S_max+1, B,T,D) */
     float *fout, *hbuf;   /* (B,T,D), (2, B,T,D) */
     float *fcache;        /* (S_max, fcache_per) */
@@ -73,14 +75,14 @@ typedef struct {
     int *sample_step;     /* (B) per-sample steps of the last solve */
     /* converge-or-extend (f_extend_max_iter): the sequences that missed f_tol, solved on alone */
     int *ext_idx;         /* (B) their rows */
-    float *ext_z, *ext_u, *ext_masks, *ext_res;   /* (B,T,D), (B,T,K), masks, (B): gathered */
+    float *ext_z, *ext_u, *ext_masks, *ext_res;   /* (B,T,D), (B,T,K) in parts, masks, (B): gathered */
     int *ext_step;        /* (B) */
     size_t mask_per;
     int S_max, S, mode;
     float taus[256];
     float *cur_cache;     /* linearisation point of vjp (IFT) */
     /* step state (the layers' state and step scratch are the stack's) */
-    float *zt, *zt_out, *ut, *x0t, *xnt, *rstdt, *step_solver, *hstep, *step_res;
+    float *zt, *zt_out, *ut, *utb, *x0t, *xnt, *rstdt, *step_solver, *hstep, *step_res;
     int *step_first;      /* (B) sequential: per-row step diagnostics of the token's solve */
     size_t step_solver_n; /* floats of step_solver: sized for the sequential solver at state init */
     Rng noise_rng;        /* spec §7 noise, reseeded per sequence batch */
@@ -165,6 +167,7 @@ static int build(Model *m, int is_attn) {
     im->stack.max_len = is_attn ? c->max_seq_len : 0;   /* the KV cache */
     ptab_init(&im->eff_tab);
     block_cfg_of(&im->bc, c, is_attn);
+    block_set_u_parts(&im->bc, 1);
     im->L = c->n_layer;
     im->D = c->d_model;
     im->K = block_u_dim(&im->bc);
@@ -332,6 +335,8 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->rstd_inj = arena_floats(a, M);
     im->u = arena_floats(a, M * im->K);
     im->du = m->training ? arena_floats(a, M * im->K) : NULL;
+    im->ub = arena_floats(a, M * im->K);
+    im->dub = m->training ? arena_floats(a, M * im->K) : NULL;
     im->dxn = m->training ? arena_floats(a, MD) : NULL;
     /* evaluation keeps no backward state: only training plans the S differentiable steps */
     int S = m->training ? im->S_max : 1;
@@ -393,10 +398,10 @@ static void f_fwd(Model *m, float *z_out, const float *z, float *cache, int B, i
             float *zin = cache + (size_t)l * (MD + im->block_cache_per);
             if (l == 0) k_copy_rows(zin, MD, z, MD, 1, MD, 0);
             out = l + 1 < im->L ? cache + (size_t)(l + 1) * (MD + im->block_cache_per) : cache + (size_t)im->L * (MD + im->block_cache_per);
-            block_fwd(&im->bc, &im->w[l], out, zin, im->u, &bm, zin + MD, im->scratch, NULL, B, T);
+            block_fwd(&im->bc, &im->w[l], out, zin, im->ub, &bm, zin + MD, im->scratch, NULL, B, T);
         } else {
             out = im->hbuf + (size_t)(l % 2) * MD;
-            block_fwd(&im->bc, &im->w[l], out, cur, im->u, &bm, NULL, im->scratch, NULL, B, T);
+            block_fwd(&im->bc, &im->w[l], out, cur, im->ub, &bm, NULL, im->scratch, NULL, B, T);
         }
         cur = out;
     }
@@ -417,7 +422,7 @@ static void f_bwd(Model *m, float *dz_in, const float *dz_out, const float *cach
         BlockMasks bm = layer_masks(im, l, B);
         float *target = l == 0 ? dz_in : dprev;
         if (l > 0) memset(dprev, 0, MD * sizeof(float));
-        block_bwd(&im->bc, &im->w[l], params ? &im->dw[l] : NULL, target, params ? im->du : NULL, dh, zin, im->u, &bm,
+        block_bwd(&im->bc, &im->w[l], params ? &im->dw[l] : NULL, target, params ? im->dub : NULL, dh, zin, im->ub, &bm,
                   zin + MD, im->scratch, B, T);
         if (l > 0) { float *t = dh; dh = dprev; dprev = t; }
     }
@@ -442,6 +447,7 @@ static void inject(Model *m, const int *ids, int B, int T) {
     lm_embed_fwd(m, &im->stack.ends, ids, B, T);
     rmsnorm_fwd(im->xn_inj, im->rstd_inj, im->stack.ends.x0, eff_at(im, im->o_inj_norm), M, im->D, (float)m->cfg.norm_eps);
     k_linear_fwd(im->u, im->xn_inj, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), M, im->D, im->K);
+    block_u_to_parts(&im->bc, im->ub, im->u, (size_t)M);
 }
 
 static void sample_masks(Model *m) {
@@ -510,7 +516,9 @@ static int mask_widths(const ImplicitLm *im, size_t *w) {
  * sub-solve; *extra = its iterations, *n_ext = the sequences extended. */
 static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T, int *extra, int *n_ext) {
     ImplicitLm *im = m->impl;
-    size_t TD = (size_t)T * im->D, TK = (size_t)T * im->K;
+    size_t TD = (size_t)T * im->D, TK[BLOCK_U_PARTS];
+    int uw[BLOCK_U_PARTS], nu = block_u_parts(&im->bc, uw);
+    for (int p = 0; p < nu; p++) TK[p] = (size_t)T * (size_t)uw[p];   /* a sequence's rows of each part */
     int n = 0;
     for (int b = 0; b < B; b++)
         if (!(im->sample_res[b] < o0->tol)) im->ext_idx[n++] = b;
@@ -518,8 +526,8 @@ static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T
     *n_ext = n;
     if (n == 0 || o0->max_iter <= 0) return IM_OK;
     gather_rows(im->ext_z, im->zs, im->ext_idx, n, B, &TD, 1);
-    gather_rows(im->ext_u, im->u, im->ext_idx, n, B, &TK, 1);
-    float *u = im->u, *masks = im->masks;
+    gather_rows(im->ext_u, im->ub, im->ext_idx, n, B, TK, nu);
+    float *ub = im->ub, *masks = im->masks;
     size_t mask_per = im->mask_per;
     if (masks) {
         size_t w[3];
@@ -528,7 +536,7 @@ static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T
             gather_rows(im->ext_masks + (size_t)l * mask_per, masks + (size_t)l * mask_per, im->ext_idx, n, B, w, parts);
         im->masks = im->ext_masks;   /* same per-layer stride, n rows used */
     }
-    im->u = im->ext_u;
+    im->ub = im->ext_u;
     FCtx ctx = {m, n, T};
     FpMap map = {&ctx, (size_t)n * TD, n, map_f, map_vjp};
     FpOpts o = *o0;
@@ -537,7 +545,7 @@ static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T
     st.sample_res = im->ext_res;
     st.sample_step = im->ext_step;
     int rc = o.max_iter > 0 ? fp_solve(&map, im->ext_z, &o, &st, im->solver_scratch) : IM_OK;
-    im->u = u;
+    im->ub = ub;
     im->masks = masks;
     if (o.max_iter <= 0) return IM_OK;
     for (int k = 0; k < n; k++) {
@@ -693,7 +701,7 @@ static void bwd(Model *m) {
     size_t MD = (size_t)M * im->D;
     CHECK(im->stack.ends.has_targets && im->mode != MODE_EVAL, "model_bwd needs a training forward with targets");
     memset(im->deff, 0, im->eff_tab.total * sizeof(float));
-    memset(im->du, 0, (size_t)M * im->K * sizeof(float));
+    memset(im->dub, 0, (size_t)M * im->K * sizeof(float));
     memset(im->dz, 0, MD * sizeof(float));
     const float *E = lm_head_w(m, m->params);
     head_loss_bwd(im->dz, lm_head_w(m, m->grads), 1.0f, im->stack.ends.head_cache, im->stack.ends.head_scratch,
@@ -723,6 +731,7 @@ static void bwd(Model *m) {
     if (m->cfg.jac_weight > 0 && im->mode != MODE_UNROLLED && jac_due(m)) jac_reg_bwd(m, B, T);
     /* injection: u = Linear_inj(RMSNorm_inj(x0)) */
     memset(im->dxn, 0, MD * sizeof(float));
+    block_u_to_rows(&im->bc, im->du, im->dub, (size_t)M);
     k_linear_bwd(im->dxn, im->deff + im->o_inj_w, im->deff + im->o_inj_b, im->du, im->xn_inj, eff_at(im, im->o_inj_w), M,
                  im->D, im->K);
     memset(im->dz, 0, MD * sizeof(float));
@@ -793,6 +802,7 @@ static void carve_state(Model *m, Arena *a, int B, int T) {
     im->zt_out = arena_floats(a, BD);
     im->hstep = arena_floats(a, BD);
     im->ut = arena_floats(a, (size_t)B * im->K);
+    im->utb = arena_floats(a, (size_t)B * im->K);
     im->x0t = arena_floats(a, BD);
     im->xnt = arena_floats(a, BD);
     im->rstdt = arena_floats(a, (size_t)B);
@@ -825,7 +835,7 @@ static void step_f(void *ctx, float *z_out, const float *z) {
     BlockNoise nz;
     const BlockNoise *noise = step_noise(m, &nz);
     for (int l = 0; l < im->L; l++) {
-        block_step_noisy(&im->bc, &im->w[l], im->hstep, cur, im->ut, im->stack.state + (size_t)l * im->stack.state_per, m->pos,
+        block_step_noisy(&im->bc, &im->w[l], im->hstep, cur, im->utb, im->stack.state + (size_t)l * im->stack.state_per, m->pos,
                          c->commit, im->stack.step_scratch, B, noise);
         cur = im->hstep;
     }
@@ -841,6 +851,7 @@ static int step(Model *m, const int *ids, float *logits) {
     embed_fwd(im->x0t, ids, E, B, m->V, D);   /* ids were validated by model_step */
     rmsnorm_fwd(im->xnt, im->rstdt, im->x0t, eff_at(im, im->o_inj_norm), B, D, (float)m->cfg.norm_eps);
     k_linear_fwd(im->ut, im->xnt, eff_at(im, im->o_inj_w), eff_at(im, im->o_inj_b), B, D, im->K);
+    block_u_to_parts(&im->bc, im->utb, im->ut, (size_t)B);
     StepCtx ctx = {m, 0};
     FpMap map = {&ctx, (size_t)B * D, B, step_f, NULL};
     FpOpts o;
