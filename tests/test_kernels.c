@@ -983,6 +983,33 @@ static void test_resid_rel_inf(void) {
             }
 }
 
+/* k_resid_sumsq against the reference in one chain: within 1e-12 relative (16 partial sums in
+ * double); the same bits below 16 floats (the tail alone); NaN and inf in f propagate. */
+static void test_resid_sumsq(void) {
+    static const size_t sizes[] = {0, 1, 15, 16, 17, 1000, 16384, 100003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *f = rnd(n, 1), *x = rnd(n, 1);
+        double a[2], b[2];
+        k_resid_sumsq(f, x, n, a);
+        k_resid_sumsq_ref(f, x, n, b);
+        for (int q = 0; q < 2; q++) {
+            double e = fabs(a[q] - b[q]) / fmax(b[q], 1e-300);
+            track("resid_sumsq", E_PAR, e);
+            TH_CHECK(n < 16 ? a[q] == b[q] : e < 1e-12, "resid_sumsq n=%zu sum %d: %.17g vs %.17g", n, q, a[q], b[q]);
+        }
+        if (n > 20) {
+            f[n / 2] = INFINITY;
+            k_resid_sumsq(f, x, n, a);
+            TH_CHECK(isinf(a[0]) && isinf(a[1]), "resid_sumsq n=%zu: inf in f gives %g, %g", n, a[0], a[1]);
+            f[n - 1] = NAN;
+            k_resid_sumsq(f, x, n, a);
+            TH_CHECK(isnan(a[0]) && isnan(a[1]), "resid_sumsq n=%zu: NaN in f gives %g, %g", n, a[0], a[1]);
+        }
+        free(f), free(x);
+    }
+}
+
 /* k_copy_rows against the reference: strided blocks narrower than their rows (the injection's
  * parts: 8 to 300 floats of a wider row), contiguous arrays (one long row, split in pieces),
  * copy and add; floats outside the block must not change. Exact: one copy or add per element. */
@@ -1151,6 +1178,7 @@ int main(void) {
     test_sumsq_axpby();
     test_copy_rows();
     test_resid_rel_inf();
+    test_resid_sumsq();
     test_threads();
     printf("max errors (fast vs ref | finite differences | directional/dot test):\n");
     for (int i = 0; i < n_worst; i++)

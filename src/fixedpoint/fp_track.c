@@ -52,12 +52,9 @@ static void track_samples(void *ctx, long b0, long b1) {
     size_t d = t->d;
     for (long b = b0; b < b1; b++) {
         const float *fb = fx + (size_t)b * d, *xb = x + (size_t)b * d;
-        double ss_d = 0.0, ss_f = 0.0;
-        for (size_t i = 0; i < d; i++) {
-            double df = (double)fb[i] - (double)xb[i];
-            ss_d += df * df;
-            ss_f += (double)fb[i] * (double)fb[i];
-        }
+        double ss[2];
+        k_resid_sumsq(fb, xb, d, ss);
+        double ss_d = ss[0], ss_f = ss[1];
         /* abs = ‖fx_b − x_b‖₂, rel = abs / (‖fx_b‖₂ + 1e-9), both in double. A NaN or inf anywhere
          * in fx_b shows up here, so this is also the solvers' NaN check, at no extra pass. */
         double res_abs = sqrt(ss_d), res_rel = res_abs / (sqrt(ss_f) + 1e-9);

@@ -37,7 +37,7 @@
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
-    X(adamw) X(sumsq) X(resid_rel_inf) X(axpby) X(copy_rows) X(foreach)
+    X(adamw) X(sumsq) X(resid_rel_inf) X(resid_sumsq) X(axpby) X(copy_rows) X(foreach)
 
 /* ---- threads -------------------------------------------------------------------------------- */
 /* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
@@ -399,6 +399,11 @@ double k_sumsq_ref(const float *x, size_t n);
  * it). Maxima only, so the value does not depend on the order of the elements. */
 double k_resid_rel_inf(const float *y, const float *F, size_t per, size_t tok, double eps);
 double k_resid_rel_inf_ref(const float *y, const float *F, size_t per, size_t tok, double eps);
+/* The sums of squares of a solver's per-sample 2-norm residual, in double: out[0] = sum (f - x)^2
+ * (the difference taken in double), out[1] = sum f^2. The fast kernel keeps 16 partial sums,
+ * combined in a fixed order (a function of n only); NaN and inf propagate. */
+void k_resid_sumsq(const float *f, const float *x, size_t n, double out[2]);
+void k_resid_sumsq_ref(const float *f, const float *x, size_t n, double out[2]);
 /* y = a*x + b*y  (relaxation steps, residual adds, scaling) */
 void k_axpby(float *y, float a, const float *x, float b, size_t n);
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);

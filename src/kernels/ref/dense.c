@@ -458,6 +458,16 @@ double k_resid_rel_inf_ref(const float *y, const float *F, size_t per, size_t to
     return worst;
 }
 
+void k_resid_sumsq_ref(const float *f, const float *x, size_t n, double out[2]) {
+    double sd = 0.0, sf = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)f[i] - (double)x[i];
+        sd += d * d;
+        sf += (double)f[i] * (double)f[i];
+    }
+    out[0] = sd, out[1] = sf;
+}
+
 void k_axpby_ref(float *y, float a, const float *x, float b, size_t n) {
     /* b == 0 overwrites y without reading it (as GEMM's beta), so y may start uninitialised */
     for (size_t i = 0; i < n; i++) y[i] = b == 0.0f ? a * x[i] : a * x[i] + b * y[i];
