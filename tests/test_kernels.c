@@ -805,6 +805,18 @@ static void test_conv_case(int B, int T, int C, int W) {
     k_conv1d_fwd(y, c.x, c.w, c.bias, B, T, C, W);
     k_conv1d_fwd_ref(yr, c.x, c.w, c.bias, B, T, C, W);
     close_("conv1d_fwd", what, y, yr, n, 1e-5);
+    /* the conv with its SiLU in one pass: the bits of k_conv1d_fwd then k_silu_fwd, with and
+     * without the pre-activation, and the reference to rounding */
+    float *pre = th_alloc(n), *act = th_alloc(n), *act1 = th_alloc(n), *actr = th_alloc(n);
+    k_silu_fwd(act, y, n);
+    k_conv1d_silu_fwd(pre, act1, c.x, c.w, c.bias, B, T, C, W);
+    TH_CHECK(memcmp(pre, y, n * sizeof(float)) == 0 && memcmp(act1, act, n * sizeof(float)) == 0,
+             "conv1d_silu_fwd %s: not the bits of conv1d_fwd + silu_fwd", what);
+    k_conv1d_silu_fwd(NULL, act1, c.x, c.w, c.bias, B, T, C, W);
+    TH_CHECK(memcmp(act1, act, n * sizeof(float)) == 0, "conv1d_silu_fwd %s (no pre-activation): other bits", what);
+    k_conv1d_silu_fwd_ref(NULL, actr, c.x, c.w, c.bias, B, T, C, W);
+    close_("conv1d_silu_fwd", what, act1, actr, n, 1e-5);
+    free(pre), free(act), free(act1), free(actr);
     conv_step_check(&c, y, what);
     float *dx0 = rnd(n, 1), *dw0 = rnd(nw, 1), *db0 = rnd(C, 1);
     float *dx = dup(dx0, n), *dw = dup(dw0, nw), *db = dup(db0, C);

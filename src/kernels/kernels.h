@@ -33,7 +33,7 @@
     X(rmsnorm_fwd) X(rmsnorm_bwd) X(gated_rmsnorm_fwd) X(gated_rmsnorm_bwd) X(layernorm_fwd) X(layernorm_bwd) \
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) X(mul_dsilu) X(mul_dsigmoid) X(mul_dsoftplus_out) \
-    X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_bwd) X(conv1d_step) \
+    X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_silu_fwd) X(conv1d_bwd) X(conv1d_step) \
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
@@ -226,6 +226,12 @@ void k_embed_bwd_ref(float *dE, const float *dy, const int *ids, int M, int V, i
 void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W);
 void k_conv1d_fwd_ref(float *y, const float *x, const float *w, const float *bias, int B, int T,
                       int C, int W);
+/* ya = silu(conv1d(x)) and, unless y is NULL, y = conv1d(x) (a backward's saved pre-activation):
+ * k_conv1d_fwd then k_silu_fwd in one pass. ya and y must not overlap x. */
+void k_conv1d_silu_fwd(float *y, float *ya, const float *x, const float *w, const float *bias, int B, int T, int C,
+                       int W);
+void k_conv1d_silu_fwd_ref(float *y, float *ya, const float *x, const float *w, const float *bias, int B, int T,
+                           int C, int W);
 /* dx, dw, dbias accumulate; any may be NULL. */
 void k_conv1d_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x, const float *w,
                   int B, int T, int C, int W);

@@ -168,13 +168,8 @@ static float beta_scale(const DeltaCfg *c) { return c->neg_eig ? 2.f : 1.f; }
 
 /* z -> silu(conv(z)) (or silu(z) without conv); C channels over (B, T). */
 static void act_fwd(const DeltaCfg *c, float *out, const float *z, const float *cw, int C, int B, int T) {
-    size_t n = (size_t)B * T * C;
-    if (c->W) {
-        k_conv1d_fwd(out, z, cw, NULL, B, T, C, c->W);
-        k_silu_fwd(out, out, n);
-    } else {
-        k_silu_fwd(out, z, n);
-    }
+    if (c->W) k_conv1d_silu_fwd(NULL, out, z, cw, NULL, B, T, C, c->W);
+    else k_silu_fwd(out, z, (size_t)B * T * C);
 }
 
 /* From the projections in k->z*, za, zb (beta holds b_proj u on entry) to the kernel inputs. */

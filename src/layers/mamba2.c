@@ -268,14 +268,13 @@ static void front_fwd(const Mamba2Cfg *c, const Mamba2W *w, const Front *f, floa
     if (dt) dt_fwd(c, w, dt, f->A, blk(zx, &p, M, PDT), M);
     else
         for (int h = 0; h < c->H; h++) f->A[h] = -expf(w->A_log[h]);
-    /* xBC = silu(causalconv(xBC)), one depthwise conv per group x | B | C (conv channels
-     * [off_i - E, off_i - E + n_i)), one silu over all three */
+    /* xBC = silu(causalconv(xBC)), one depthwise conv and its silu per group x | B | C (conv
+     * channels [off_i - E, off_i - E + n_i)); the pre-activation xc only where it is kept */
     for (int i = PX; i <= PC; i++) {
         size_t ch = (size_t)(p.off[i] - c->E);
-        k_conv1d_fwd(f->xc + M * ch, blk(zx, &p, M, i), w->conv_w + ch * c->W, w->conv_b + ch, B, T,
-                     p.n[i], c->W);
+        k_conv1d_silu_fwd(f->xc != f->xa ? f->xc + M * ch : NULL, f->xa + M * ch, blk(zx, &p, M, i),
+                          w->conv_w + ch * c->W, w->conv_b + ch, B, T, p.n[i], c->W);
     }
-    k_silu_fwd(f->xa, f->xc, M * c->C);
 }
 
 /* Prefill: conv_state (B,C,W) = the last W pre-conv xBC vectors, oldest first, zero-padded on

@@ -113,35 +113,50 @@ static void conv4_dx_row(float *restrict dx, const float *restrict w, size_t ldw
  * (vectorised along C), in tap order k = 0..W-1 as the reference, so every element is the same
  * sequence of multiply-adds as there. Rows with fewer than W past inputs (t < W-1) skip the
  * missing taps, which the reference adds as zero padding (x * 0 adds +-0: the same value). */
+/* Row bt = b T + t of the conv: yr = bias + the taps over the inputs the row has. */
+static void conv_row(float *yr, const float *x, const float *wt, const float *bias, int bt, int T, int C, int W) {
+    int t = bt % T, k0 = W - 1 - t > 0 ? W - 1 - t : 0; /* first tap with an input */
+    const float *xr[CONV_MAXW], *wk[CONV_MAXW];
+    int nk = 0;
+    for (int k = k0; k < W && W <= CONV_MAXW; k++, nk++) {
+        xr[nk] = x + (size_t)(bt - (W - 1 - k)) * C; /* input at t - W + 1 + k */
+        wk[nk] = wt + (size_t)k * C;
+    }
+    if (W > CONV_MAXW) { /* generic: one pass per tap */
+        for (int c = 0; c < C; c++) yr[c] = bias ? bias[c] : 0.0f;
+        for (int k = k0; k < W; k++) {
+            const float *xk = x + (size_t)(bt - (W - 1 - k)) * C, *wkk = wt + (size_t)k * C;
+            for (int c = 0; c < C; c++) yr[c] += wkk[c] * xk[c];
+        }
+        return;
+    }
+    if (nk == 4) { /* the common case */
+        conv4_row(yr, bias, wt, C, xr[0], C, C);
+    } else {
+        for (int c = 0; c < C; c++) {
+            float acc = bias ? bias[c] : 0.0f;
+            for (int k = 0; k < nk; k++) acc += wk[k][c] * xr[k][c];
+            yr[c] = acc;
+        }
+    }
+}
+
 void k_conv1d_fwd(float *y, const float *x, const float *w, const float *bias, int B, int T, int C, int W) {
     float *wt = transpose_w(w, C, W);
     KT_FOR(kt_team((double)B * T * C * W * KT_NS_CONV_TAP, (long)B * T),
+    for (int bt = 0; bt < B * T; bt++) conv_row(y + (size_t)bt * C, x, wt, bias, bt, T, C, W));
+}
+
+/* The conv's rows as k_conv1d_fwd, each followed at once by its SiLU while the row is in L1: one
+ * pass over memory fewer than the conv and k_silu_fwd after it, the same values. */
+void k_conv1d_silu_fwd(float *y, float *ya, const float *x, const float *w, const float *bias, int B, int T, int C,
+                       int W) {
+    float *wt = transpose_w(w, C, W);
+    KT_FOR(kt_team((double)B * T * C * (W * KT_NS_CONV_TAP + KT_NS_ELEM), (long)B * T),
     for (int bt = 0; bt < B * T; bt++) {
-        int t = bt % T, k0 = W - 1 - t > 0 ? W - 1 - t : 0; /* first tap with an input */
-        float *yr = y + (size_t)bt * C;
-        const float *xr[CONV_MAXW], *wk[CONV_MAXW];
-        int nk = 0;
-        for (int k = k0; k < W && W <= CONV_MAXW; k++, nk++) {
-            xr[nk] = x + (size_t)(bt - (W - 1 - k)) * C; /* input at t - W + 1 + k */
-            wk[nk] = wt + (size_t)k * C;
-        }
-        if (W > CONV_MAXW) { /* generic: one pass per tap */
-            for (int c = 0; c < C; c++) yr[c] = bias ? bias[c] : 0.0f;
-            for (int k = k0; k < W; k++) {
-                const float *xk = x + (size_t)(bt - (W - 1 - k)) * C, *wkk = wt + (size_t)k * C;
-                for (int c = 0; c < C; c++) yr[c] += wkk[c] * xk[c];
-            }
-            continue;
-        }
-        if (nk == 4) { /* the common case */
-            conv4_row(yr, bias, wt, C, xr[0], C, C);
-        } else {
-            for (int c = 0; c < C; c++) {
-                float acc = bias ? bias[c] : 0.0f;
-                for (int k = 0; k < nk; k++) acc += wk[k][c] * xr[k][c];
-                yr[c] = acc;
-            }
-        }
+        float *ar = ya + (size_t)bt * C, *yr = y ? y + (size_t)bt * C : ar;
+        conv_row(yr, x, wt, bias, bt, T, C, W);
+        for (int c = 0; c < C; c++) ar[c] = vsilu(yr[c]);
     });
 }
 

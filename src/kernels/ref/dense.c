@@ -336,6 +336,13 @@ void k_conv1d_fwd_ref(float *y, const float *x, const float *w, const float *bia
             }
 }
 
+void k_conv1d_silu_fwd_ref(float *y, float *ya, const float *x, const float *w, const float *bias, int B, int T,
+                           int C, int W) {
+    float *pre = y ? y : ya; /* the activation is elementwise: in place when y is not wanted */
+    k_conv1d_fwd_ref(pre, x, w, bias, B, T, C, W);
+    k_silu_fwd_ref(ya, pre, (size_t)B * T * C);
+}
+
 /* Each (b, t, c) output spreads dy back to the W inputs that produced it (dx) and to the
  * taps (dw): the transpose of the forward's gather. */
 void k_conv1d_bwd_ref(float *dx, float *dw, float *dbias, const float *dy, const float *x,
