@@ -40,7 +40,7 @@ typedef struct {
      *      the other, part i a contiguous (M, n_i) array at u + M * off_i (mamba2_u_parts).
      * The product of in_proj adds u part by part on every call; an implicit model, which calls
      * the layer with the same u in every solver iteration, stores u in parts once per forward so
-     * that those adds read contiguous arrays (rows of 8 to 2E floats, K apart, are slower). */
+     * that those adds read contiguous arrays (rows of H to E floats, K apart, are slower). */
     int u_parts;
 } Mamba2Cfg;
 
