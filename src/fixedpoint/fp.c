@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "fp_impl.h"
 
 void fp_opts_default(FpOpts *o) {
@@ -76,17 +77,16 @@ static int picard(const FpMap *m, float *z, const FpOpts *o, FpStats *st, float 
  * num = ‖zn − z‖² (EMA: ‖m' − m‖²), den = ‖z‖² (EMA: ‖m‖²). z, zn, ema: (d); ema may be NULL. */
 static void evalloop_sums(const float *z, const float *zn, const float *ema, float a, size_t d,
                           double *num, double *den) {
+    if (!ema) { /* sum (z - zn)^2 = num and sum z^2 = den, on the kernel's lanes */
+        double s[2];
+        k_resid_sumsq(z, zn, d, s);
+        *num = s[0], *den = s[1];
+        return;
+    }
     double sn = 0.0, sd = 0.0;
     for (size_t i = 0; i < d; i++) {
-        double diff, old;
-        if (ema) {
-            float mp = (1.0f - a) * ema[i] + a * zn[i];   /* the m' the update below will store */
-            diff = (double)mp - (double)ema[i];
-            old = ema[i];
-        } else {
-            diff = (double)zn[i] - (double)z[i];
-            old = z[i];
-        }
+        float mp = (1.0f - a) * ema[i] + a * zn[i];   /* the m' the update below will store */
+        double diff = (double)mp - (double)ema[i], old = ema[i];
         sn += diff * diff;
         sd += old * old;
     }
