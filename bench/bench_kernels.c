@@ -132,44 +132,6 @@ static void run_kgemm_pb(void *p) {
               c->packed, 0.0f, g->C, g->N);
 }
 
-static void bench_gen_rows(Rng *r);
-
-static void bench_gemv(Rng *r) {
-    static const int sizes[] = {288, 768, 2048};
-    printf("\nGEMV M = 1 (GB/s of weight read; k_gemm = the small-M path's dot form, packed = k_gemm_pb on\n"
-           "the weight packed once, best of alternated turns)\n");
-    printf("  %-6s %-6s %-7s %-10s %-10s %-10s\n", "K=N", "tA tB", "threads", "k_gemm", "packed", "openblas");
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-        for (int tb = 1; tb >= 0; tb--) {
-            int n = sizes[s];
-            GemmCase g = {0, tb, 1, n, n, NULL, NULL, NULL};
-            float *A = randn((size_t)n, r), *B = randn((size_t)n * n, r), *C = calloc((size_t)n, sizeof(float));
-            float *packed = malloc(k_gemm_pack_floats(n, n) * sizeof(float));
-            k_gemm_pack_b(packed, tb, n, n, B, n);
-            g.A = A, g.B = B, g.C = C;
-            PackedCase pc = {g, packed};
-            double bytes = 4.0 * n * n;
-            for (int nt = 1; nt <= 2; nt++) {
-                k_set_threads(nt);
-                double tk = 1e30, tp = 1e30;
-                for (int turn = 0; turn < 3; turn++) {
-                    double t = best_time(run_kgemm, &g);
-                    if (t < tk) tk = t;
-                    t = best_time(run_kgemm_pb, &pc);
-                    if (t < tp) tp = t;
-                }
-                char ob[32] = "n/a";
-#ifdef IM_OPENBLAS
-                openblas_set_num_threads(nt);
-                snprintf(ob, sizeof ob, "%8.1f", bytes / best_time(run_openblas, &g) / 1e9);
-#endif
-                printf("  %-6d %d  %d   %-7d %8.1f   %8.1f   %s\n", n, 0, tb, nt, bytes / tk / 1e9, bytes / tp / 1e9, ob);
-            }
-            free(A), free(B), free(C), free(packed);
-        }
-    bench_gen_rows(r);
-}
-
 /* One-row products y = x W^T at the shapes of batch-1 generation (stories15M's D 288, hidden 768,
  * vocabulary 32000; D 768), each weight one of `copies` cycled as a model's layers are, so that
  * they come from L3 or memory as in generation: the dot form (k_gemm) against the packed panels
@@ -212,6 +174,42 @@ static void bench_gen_rows(Rng *r) {
         for (int c = 0; c < g.copies; c++) free(g.W[c]), free(g.pk[c]);
         free(g.W), free(g.pk), free(x), free(g.y);
     }
+}
+
+static void bench_gemv(Rng *r) {
+    static const int sizes[] = {288, 768, 2048};
+    printf("\nGEMV M = 1 (GB/s of weight read; k_gemm = the small-M path's dot form, packed = k_gemm_pb on\n"
+           "the weight packed once, best of alternated turns)\n");
+    printf("  %-6s %-6s %-7s %-10s %-10s %-10s\n", "K=N", "tA tB", "threads", "k_gemm", "packed", "openblas");
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int tb = 1; tb >= 0; tb--) {
+            int n = sizes[s];
+            GemmCase g = {0, tb, 1, n, n, NULL, NULL, NULL};
+            float *A = randn((size_t)n, r), *B = randn((size_t)n * n, r), *C = calloc((size_t)n, sizeof(float));
+            float *packed = malloc(k_gemm_pack_floats(n, n) * sizeof(float));
+            k_gemm_pack_b(packed, tb, n, n, B, n);
+            g.A = A, g.B = B, g.C = C;
+            PackedCase pc = {g, packed};
+            double bytes = 4.0 * n * n;
+            for (int nt = 1; nt <= 2; nt++) {
+                k_set_threads(nt);
+                double tk = 1e30, tp = 1e30;
+                for (int turn = 0; turn < 3; turn++) {
+                    double t = best_time(run_kgemm, &g);
+                    if (t < tk) tk = t;
+                    t = best_time(run_kgemm_pb, &pc);
+                    if (t < tp) tp = t;
+                }
+                char ob[32] = "n/a";
+#ifdef IM_OPENBLAS
+                openblas_set_num_threads(nt);
+                snprintf(ob, sizeof ob, "%8.1f", bytes / best_time(run_openblas, &g) / 1e9);
+#endif
+                printf("  %-6d %d  %d   %-7d %8.1f   %8.1f   %s\n", n, 0, tb, nt, bytes / tk / 1e9, bytes / tp / 1e9, ob);
+            }
+            free(A), free(B), free(C), free(packed);
+        }
+    bench_gen_rows(r);
 }
 
 /* ---- bandwidth-bound kernels ----------------------------------------------------------------- */

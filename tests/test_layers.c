@@ -429,10 +429,6 @@ static void test_block(Rng *r, MixerKind mixer, MlpKind mlp, int masked) {
     free(c.zo); free(c.wout); free(c.cache); free(c.scratch); free(m1); free(mh); free(mo);
 }
 
-/* Weights packed once (block_pack): forward, backward and step read the same weights as without
- * the pack, with enough rows (B T = 48, step batch 20) that the packed panels are used. Builds
- * without BLAS run the same blocked GEMM either way: the same bits. With BLAS the unpacked side
- * may be OpenBLAS: within a dot product's rounding. */
 /* A block of the given mixer and MLP with its weights, named "what(mixer,mlp)", for the tests that
  * run it on inputs of their own (attention's KV cache holds T positions). */
 static void blk_case(BlkCtx *c, GradCase *gc, char name[64], const char *what, MixerKind mixer, MlpKind mlp, int T,
@@ -445,6 +441,10 @@ static void blk_case(BlkCtx *c, GradCase *gc, char name[64], const char *what, M
     blk_params(gc, c, r);
 }
 
+/* Weights packed once (block_pack): forward, backward and step read the same weights as without
+ * the pack, with enough rows (B T = 48, step batch 20) that the packed panels are used. Builds
+ * without BLAS run the same blocked GEMM either way: the same bits. With BLAS the unpacked side
+ * may be OpenBLAS: within a dot product's rounding. */
 static void test_block_packed(Rng *r, MixerKind mixer, MlpKind mlp) {
     enum { PB = 4, PT = 12, SB = 20 };
     char name[64];

@@ -3,8 +3,9 @@
  *   z1 = z  + Mixer(RMSNorm1(z), u)          mixer: Mamba2 (§1.4) or attention (§1.5)
  *   z2 = z1 + MLP(RMSNorm2(z1))              only when the block has an MLP (§1.6)
  * u is the implicit model's injection (§2.1), (B,T,K) for Mamba2 and (B,T,3D) for attention
- * (block_u_dim; in rows or in the mixer's parts, block_set_u_parts), or NULL for an explicit model. Dropout (§1.7): the caller samples variational
- * masks once per model forward and passes them through BlockMasks; the step path uses none.
+ * (block_u_dim; in rows or in the mixer's parts, block_set_u_parts), or NULL for an explicit
+ * model. Dropout (§1.7): the caller samples variational masks once per model forward and passes
+ * them through BlockMasks; the step path uses none.
  *
  * Memory (STYLE §8.3), all by composition of the parts' own *_floats:
  *   cache   rstd1 (M) | xn1 (M,D) | mixer cache | [z1 (M,D) | rstd2 (M) | xn2 (M,D) | MLP cache]

@@ -61,7 +61,7 @@ typedef struct {
     size_t pack_per;
     size_t o_inj_w, o_inj_b, o_inj_norm, o_norm_f;   /* effective offsets */
     /* activations */
-    float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path; u, du (B,T,K) in rows */
+    float *xn_inj, *rstd_inj, *u, *du, *dxn;  /* injection path; u, du (B,T,K) in rows, one buffer */
     float *ub, *dub;      /* u and du in the mixer's parts (block_set_u_parts), what the blocks read
                              and write: converted once per forward and backward, not per f call */
     float *zs;            /* (S_max+1, B,T,D) */
@@ -75,7 +75,7 @@ typedef struct {
     int *sample_step;     /* (B) per-sample steps of the last solve */
     /* converge-or-extend (f_extend_max_iter): the sequences that missed f_tol, solved on alone */
     int *ext_idx;         /* (B) their rows */
-    float *ext_z, *ext_u, *ext_masks, *ext_res;   /* (B,T,D), (B,T,K) in parts, masks, (B): gathered */
+    float *ext_z, *ext_ub, *ext_masks, *ext_res;   /* (B,T,D), (B,T,K) in parts, masks, (B): gathered */
     int *ext_step;        /* (B) */
     size_t mask_per;
     int S_max, S, mode;
@@ -334,7 +334,9 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->xn_inj = arena_floats(a, MD);
     im->rstd_inj = arena_floats(a, M);
     im->u = arena_floats(a, M * im->K);
-    im->du = m->training ? arena_floats(a, M * im->K) : NULL;
+    /* u in rows is read only to fill ub (inject), du in rows only once dub is complete (bwd): one
+     * buffer holds each in turn */
+    im->du = m->training ? im->u : NULL;
     im->ub = arena_floats(a, M * im->K);
     im->dub = m->training ? arena_floats(a, M * im->K) : NULL;
     im->dxn = m->training ? arena_floats(a, MD) : NULL;
@@ -362,7 +364,7 @@ static void carve(Model *m, Arena *a, int B, int T) {
     im->ext_step = ext ? arena_alloc(a, sizeof(int) * (size_t)B) : NULL;
     im->ext_res = ext ? arena_floats(a, (size_t)B) : NULL;
     im->ext_z = ext ? arena_floats(a, MD) : NULL;
-    im->ext_u = ext ? arena_floats(a, M * im->K) : NULL;
+    im->ext_ub = ext ? arena_floats(a, M * im->K) : NULL;
     im->ext_masks = ext && m->cfg.backbone_dropout > 0 ? arena_floats(a, (size_t)im->L * im->mask_per) : NULL;
 }
 
@@ -526,7 +528,7 @@ static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T
     *n_ext = n;
     if (n == 0 || o0->max_iter <= 0) return IM_OK;
     gather_rows(im->ext_z, im->zs, im->ext_idx, n, B, &TD, 1);
-    gather_rows(im->ext_u, im->ub, im->ext_idx, n, B, TK, nu);
+    gather_rows(im->ext_ub, im->ub, im->ext_idx, n, B, TK, nu);
     float *ub = im->ub, *masks = im->masks;
     size_t mask_per = im->mask_per;
     if (masks) {
@@ -536,7 +538,7 @@ static int extend_solve(Model *m, const FpOpts *o0, int done_iters, int B, int T
             gather_rows(im->ext_masks + (size_t)l * mask_per, masks + (size_t)l * mask_per, im->ext_idx, n, B, w, parts);
         im->masks = im->ext_masks;   /* same per-layer stride, n rows used */
     }
-    im->ub = im->ext_u;
+    im->ub = im->ext_ub;
     FCtx ctx = {m, n, T};
     FpMap map = {&ctx, (size_t)n * TD, n, map_f, map_vjp};
     FpOpts o = *o0;
