@@ -11,11 +11,13 @@
  *    batch-1 generation, with weights cycled through L3 and memory as a model's layers are.
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
- * 5. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
+ * 5. The one-token SSD step (k_ssd_step) at the shapes of sequential generation: us per call and
+ *    GB/s of state.
+ * 6. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
  *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
  *    timed again right before each function (a shared machine's speed drifts within a run).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
- * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,vmath]
+ * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,step,vmath]
  */
 #include <math.h>
 #include <stdio.h>
@@ -270,6 +272,42 @@ static void bench_bandwidth(Rng *r) {
     free(b.v), free(b.t);
 }
 
+/* ---- one-token steps -------------------------------------------------------------------------- */
+
+typedef struct { int B, H, P, N; float *y, *S, *x, *dt, *A, *Bm, *Cm, *D; } StepCase;
+
+static void run_ssd_step(void *p) {
+    StepCase *c = p;
+    k_ssd_step(c->y, c->S, c->S, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->H, c->P, c->N);
+}
+
+/* k_ssd_step at the shapes of sequential generation (the state committed in place, as the last
+ * call of a token does), one thread: us per call and GB/s of state (read and written once). */
+static void bench_step(Rng *r) {
+    static const int shapes[][4] = {
+        {1, 8, 16, 16},   /* imp_gen_b1: the small implicit Mamba2 */
+        {32, 8, 16, 16},  /* imp_gen_b32 */
+        {1, 16, 32, 16},  /* lm_mamba2 / lm_imp_mamba2 (d_inner 512, headdim 32) */
+        {1, 16, 64, 128}, /* the large implicit Mamba2 (E 1024, N 128, P 64) */
+    };
+    k_set_threads(1);
+    printf("\nOne-token SSD step, 1 thread (state committed in place; GB/s of state read + written)\n");
+    printf("  %-22s %9s %9s %8s\n", "B H P N", "us", "ns/elem", "GB/s");
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int B = shapes[k][0], H = shapes[k][1], P = shapes[k][2], N = shapes[k][3];
+        size_t ns = (size_t)B * H * P * N;
+        StepCase c = {B, H, P, N, calloc((size_t)B * H * P, 4), randn(ns, r), randn((size_t)B * H * P, r),
+                      randn((size_t)B * H, r), randn(H, r), randn((size_t)B * N, r), randn((size_t)B * N, r),
+                      randn(H, r)};
+        for (int i = 0; i < B * H; i++) c.dt[i] = 0.01f + 0.1f * fabsf(c.dt[i]);
+        for (int h = 0; h < H; h++) c.A[h] = -1.0f - fabsf(c.A[h]); /* decays < 1: the state stays finite */
+        double t = best_time(run_ssd_step, &c);
+        printf("  %3d %3d %3d %3d %14.2f %9.3f %8.1f\n", B, H, P, N, t * 1e6, t * 1e9 / (double)ns,
+               8.0 * (double)ns / t / 1e9);
+        free(c.y), free(c.S), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
+    }
+}
+
 /* ---- vmath.h array loops --------------------------------------------------------------------- */
 
 typedef struct { void (*fn)(float *, const float *, size_t); float *y; const float *x; size_t n; } VmCase;
@@ -300,7 +338,8 @@ static void bench_vmath(Rng *r) {
 }
 
 static const struct { const char *name; void (*run)(Rng *); } SECTIONS[] = {
-    {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"vmath", bench_vmath}};
+    {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"step", bench_step},
+    {"vmath", bench_vmath}};
 #define NSECTIONS (sizeof SECTIONS / sizeof SECTIONS[0])
 
 static void usage(void) {

@@ -755,6 +755,11 @@ int main(void) {
     test_ssd_step(2, 100, 2, 4, 7, &r);
     test_ssd_step(2, 20, 2, 16, 16, &r); /* whole 16-lane rows: the generation shape */
     test_ssd_step(1, 9, 3, 8, 37, &r);   /* two whole rows and a tail */
+    /* N a multiple of the vector width (8 or 16 lanes, 4 with SSE): the rows summed together */
+    test_ssd_step(3, 9, 2, 20, 16, &r);  /* a partial group of rows */
+    test_ssd_step(2, 9, 2, 3, 32, &r);   /* fewer rows than lanes, two vectors per row */
+    test_ssd_step(1, 9, 2, 24, 48, &r);  /* three vectors per row */
+    test_ssd_step(2, 9, 2, 16, 8, &r);
     test_seq_dot(&r);
     test_seq_dot_halves(&r);
 

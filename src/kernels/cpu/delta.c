@@ -33,42 +33,28 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "threading.h"
+#include "vecw.h"
 #include "vmath.h"
 
 #define DCH 32 /* tokens per checkpoint of the backward */
 
-/* Vectors along V (GNU vector extension, as cpu/ssd_scan.c); unaligned loads via memcpy. */
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX__)
-#define VW 8
-#else
-#define VW 4
-#endif
-typedef float vf __attribute__((vector_size(VW * sizeof(float))));
-
-static inline vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* Vectors along V (cpu/vecw.h). */
 
 /* sum_i a[i] b[i] in a fixed order (two vector chains, lanes, then the tail) */
 static inline float dotv(const float *a, const float *b, int n) {
-    vf s0 = {0}, s1 = {0};
+    kv_f s0 = {0}, s1 = {0};
     int i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        s0 += vload(a + i) * vload(b + i);
-        s1 += vload(a + i + VW) * vload(b + i + VW);
+    for (; i + 2 * KV_W <= n; i += 2 * KV_W) {
+        s0 += kv_load(a + i) * kv_load(b + i);
+        s1 += kv_load(a + i + KV_W) * kv_load(b + i + KV_W);
     }
-    if (i + VW <= n) {
-        s0 += vload(a + i) * vload(b + i);
-        i += VW;
+    if (i + KV_W <= n) {
+        s0 += kv_load(a + i) * kv_load(b + i);
+        i += KV_W;
     }
     s0 += s1;
     float s = 0.f;
-    for (int l = 0; l < VW; l++) s += s0[l];
+    for (int l = 0; l < KV_W; l++) s += s0[l];
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
@@ -113,32 +99,32 @@ static Bh bh_of(const float *q, const float *k, const float *v, const float *bet
 static inline __attribute__((always_inline)) void sweep_cols(float *S, int K, int V, int c0, const int nv,
                                                              const int scale, float a, const float *uk,
                                                              const float *w, const float *n, float *acc) {
-    vf wv[CB], av[CB];
+    kv_f wv[CB], av[CB];
     for (int i = 0; i < nv; i++) {
-        av[i] = (vf){0};
-        if (uk) wv[i] = vload(w + c0 + i * VW);
+        av[i] = (kv_f){0};
+        if (uk) wv[i] = kv_load(w + c0 + i * KV_W);
     }
     for (int r = 0; r < K; r++) {
         float *row = S + (size_t)r * V + c0, kr = uk ? uk[r] : 0.f, nr = n ? n[r] : 0.f;
         for (int i = 0; i < nv; i++) {
-            vf x = vload(row + i * VW);
+            kv_f x = kv_load(row + i * KV_W);
             if (scale) x *= a;
             if (uk) x += kr * wv[i];
-            if (scale || uk) vstore(row + i * VW, x);
+            if (scale || uk) kv_store(row + i * KV_W, x);
             if (n) av[i] += nr * x;
         }
     }
     if (n)
-        for (int i = 0; i < nv; i++) vstore(acc + c0 + i * VW, av[i]);
+        for (int i = 0; i < nv; i++) kv_store(acc + c0 + i * KV_W, av[i]);
 }
 
 static inline __attribute__((always_inline)) void sweep(float *S, int K, int V, const int scale, float a,
                                                         const float *uk, const float *w, const float *n,
                                                         float *acc) {
     int c0 = 0;
-    for (; c0 + CB * VW <= V; c0 += CB * VW) sweep_cols(S, K, V, c0, CB, scale, a, uk, w, n, acc);
-    for (; c0 + VW <= V; c0 += VW) sweep_cols(S, K, V, c0, 1, scale, a, uk, w, n, acc);
-    for (int c = c0; c < V; c++) { /* the last V mod VW columns */
+    for (; c0 + CB * KV_W <= V; c0 += CB * KV_W) sweep_cols(S, K, V, c0, CB, scale, a, uk, w, n, acc);
+    for (; c0 + KV_W <= V; c0 += KV_W) sweep_cols(S, K, V, c0, 1, scale, a, uk, w, n, acc);
+    for (int c = c0; c < V; c++) { /* the last V mod KV_W columns */
         float s = 0.f;
         for (int r = 0; r < K; r++) {
             float *x = S + (size_t)r * V + c;

@@ -23,7 +23,7 @@
  * Scratch (kscratch.h, persistent): per thread P N + Q floats in the forward, (Q + 3) P N + Q in
  * the backward, plus 2 B H doubles.
  * Out of scope: large states (the chunked form is faster there: its products run near FMA peak),
- * rows that are not whole vectors (P, N multiples of VW; kssd_use_scan says no otherwise).
+ * rows that are not whole vectors (P, N multiples of KV_W; kssd_use_scan says no otherwise).
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +32,7 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "ssd_paths.h"
+#include "vecw.h"
 #include "vmath.h"
 
 #include "threading.h"
@@ -40,37 +41,21 @@
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
-/* Vectors of VW floats (GNU vector extension, as cpu/seq_mm.c): state rows along P or N are whole
- * vectors, so every update is a vector FMA, and for P = N = 16 the compiler keeps the states in
- * registers. Loads and stores of the caller's arrays go through memcpy (no alignment assumed). */
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX__)
-#define VW 8
-#else
-#define VW 4 /* SSE: a wider GNU vector would be passed in memory (gcc warns about the ABI) */
-#endif
-typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+/* Vectors of KV_W floats (cpu/vecw.h): state rows along P or N are whole vectors, so every update
+ * is a vector FMA, and for P = N = 16 the compiler keeps the states in registers. */
 /* Vectors in the largest state the scan takes (kssd_use_scan: P N <= 256). */
-#define MAXV (256 / VW)
-
-static inline vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+#define MAXV (256 / KV_W)
 /* Lane sum in a fixed order (the same on every thread). */
-static inline float vsum(vf v) {
+static inline float vsum(kv_f v) {
     float s = 0.0f;
-    for (int l = 0; l < VW; l++) s += v[l];
+    for (int l = 0; l < KV_W; l++) s += v[l];
     return s;
 }
 
 /* The recurrence beats the chunked products while the state is a handful of vectors (measured
  * with the kernels alone, 1 thread, B 32, T 256, H 8: P = N = 16 fwd+bwd 8 ms vs 17 ms chunked;
  * P = N = 32 and P = 16, N = 32 slower than chunked). */
-int kssd_use_scan(int P, int N) { return P % VW == 0 && N % VW == 0 && (size_t)P * N <= 256; }
+int kssd_use_scan(int P, int N) { return P % KV_W == 0 && N % KV_W == 0 && (size_t)P * N <= 256; }
 
 /* dst (cols, rows) = src (rows, cols) transposed. */
 static void transpose(float *dst, const float *src, int rows, int cols) {
@@ -93,66 +78,66 @@ static void decays(float *at, const BhIn *v, int t0, int L) {
     for (int i = 0; i < L; i++) at[i] = vexp(v->dt[(size_t)(t0 + i) * v->H] * v->A);
 }
 
-/* Tokens [t0, t1) of one (b, h); ST:(N, P/VW) vectors, the running state transposed; at:(t1-t0)
+/* Tokens [t0, t1) of one (b, h); ST:(N, P/KV_W) vectors, the running state transposed; at:(t1-t0)
  * the decays. always_inline so that the call with constant P, N (fwd_run_any) gets fully
  * unrolled code. */
-static inline __attribute__((always_inline)) void fwd_run(float *y, vf *ST, const float *at,
+static inline __attribute__((always_inline)) void fwd_run(float *y, kv_f *ST, const float *at,
                                                           const BhIn *v, int t0, int t1,
                                                           const int P, const int N) {
     const size_t ld = (size_t)v->H * P;
-    const int NP = P / VW;
-    vf st[MAXV]; /* a local copy: no store through y can alias it, so it can live in registers */
-    memcpy(st, ST, sizeof(vf) * N * NP);
+    const int NP = P / KV_W;
+    kv_f st[MAXV]; /* a local copy: no store through y can alias it, so it can live in registers */
+    memcpy(st, ST, sizeof(kv_f) * N * NP);
     for (int t = t0; t < t1; t++) {
         const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
         float dtt = v->dt[(size_t)t * v->H], a = at[t - t0];
         for (int j = 0; j < NP; j++) {
-            vf x = vload(xt + j * VW), y0 = {0}, y1 = {0};
+            kv_f x = kv_load(xt + j * KV_W), y0 = {0}, y1 = {0};
             for (int n = 0; n < N; n += 2) { /* S^T[n] = a S^T[n] + (dt B[n]) x; y += C[n] S^T[n] */
-                vf s0 = a * st[n * NP + j] + (dtt * bt[n]) * x;
-                vf s1 = a * st[(n + 1) * NP + j] + (dtt * bt[n + 1]) * x;
+                kv_f s0 = a * st[n * NP + j] + (dtt * bt[n]) * x;
+                kv_f s1 = a * st[(n + 1) * NP + j] + (dtt * bt[n + 1]) * x;
                 st[n * NP + j] = s0;
                 st[(n + 1) * NP + j] = s1;
                 y0 += ct[n] * s0; /* two interleaved chains (N is even) */
                 y1 += ct[n + 1] * s1;
             }
-            vstore(y + t * ld + j * VW, v->D * x + (y0 + y1));
+            kv_store(y + t * ld + j * KV_W, v->D * x + (y0 + y1));
         }
     }
-    memcpy(ST, st, sizeof(vf) * N * NP);
+    memcpy(ST, st, sizeof(kv_f) * N * NP);
 }
 
-#if VW < 16
+#if KV_W < 16
 /* fwd_run without 512-bit registers: a 16 x 16 state is 32 AVX2 (64 SSE) vectors, more than the
  * 16 registers, so fwd_run stores and reloads all of it every token. Here the chunk is swept once
  * per column block j of P and group of NG states, whose NG vectors stay in registers; y collects
  * the groups' partial sums in memory: y = D x + (((y_0) + y_1) + ...), groups in order. */
 #define NG 8
-static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, vf *ST, const float *at,
+static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, kv_f *ST, const float *at,
                                                                   const BhIn *v, int t0, int t1,
                                                                   const int P, const int N) {
     const size_t ld = (size_t)v->H * P;
-    const int NP = P / VW;
+    const int NP = P / KV_W;
     for (int j = 0; j < NP; j++)
         for (int g = 0; g < N; g += NG) {
-            vf st[NG];
+            kv_f st[NG];
             for (int k = 0; k < NG; k++) st[k] = ST[(g + k) * NP + j];
             for (int t = t0; t < t1; t++) {
                 const float *bt = v->Bm + (size_t)t * N + g, *ct = v->Cm + (size_t)t * N + g;
-                float dtt = v->dt[(size_t)t * v->H], a = at[t - t0], *yt = y + t * ld + j * VW;
-                vf x = vload(v->x + t * ld + j * VW), y0 = {0}, y1 = {0};
+                float dtt = v->dt[(size_t)t * v->H], a = at[t - t0], *yt = y + t * ld + j * KV_W;
+                kv_f x = kv_load(v->x + t * ld + j * KV_W), y0 = {0}, y1 = {0};
                 for (int k = 0; k < NG; k += 2) {
-                    vf s0 = a * st[k] + (dtt * bt[k]) * x;
-                    vf s1 = a * st[k + 1] + (dtt * bt[k + 1]) * x;
+                    kv_f s0 = a * st[k] + (dtt * bt[k]) * x;
+                    kv_f s1 = a * st[k + 1] + (dtt * bt[k + 1]) * x;
                     st[k] = s0;
                     st[k + 1] = s1;
                     y0 += ct[k] * s0;
                     y1 += ct[k + 1] * s1;
                 }
-                vf part = y0 + y1;
-                if (g > 0) part = vload(yt) + part;
+                kv_f part = y0 + y1;
+                if (g > 0) part = kv_load(yt) + part;
                 if (g + NG >= N) part = v->D * x + part;
-                vstore(yt, part);
+                kv_store(yt, part);
             }
             for (int k = 0; k < NG; k++) ST[(g + k) * NP + j] = st[k];
         }
@@ -160,8 +145,8 @@ static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, vf *
 #endif
 
 /* Generic and specialised copies of fwd_run (P, N compile-time constants in the latter). */
-static void fwd_run_any(float *y, vf *ST, const float *at, const BhIn *v, int t0, int t1) {
-#if VW < 16
+static void fwd_run_any(float *y, kv_f *ST, const float *at, const BhIn *v, int t0, int t1) {
+#if KV_W < 16
     if (v->N % NG == 0) {
         if (v->P == 16 && v->N == 16) fwd_run_grouped(y, ST, at, v, t0, t1, 16, 16);
         else fwd_run_grouped(y, ST, at, v, t0, t1, v->P, v->N);
@@ -177,14 +162,14 @@ static void fwd_bh(float *y, float *saved_bh, float *hT, const float *h0, float 
     int P = v->P, N = v->N;
     size_t PN = (size_t)P * N;
     float *ST = ws, *at = ws + PN; /* (N, P) running state (ws 64-byte aligned, P a multiple of
-                                    * VW), (Q) decays of a chunk */
+                                    * KV_W), (Q) decays of a chunk */
     if (h0) transpose(ST, h0, P, N);
     else memset(ST, 0, sizeof(float) * PN);
     for (int t0 = 0; t0 < v->T; t0 += Q) {
         int t1 = imin(v->T, t0 + Q);
         if (saved_bh) transpose(saved_bh + (size_t)(t0 / Q) * PN, ST, N, P);
         decays(at, v, t0, t1 - t0);
-        fwd_run_any(y, (vf *)(void *)ST, at, v, t0, t1);
+        fwd_run_any(y, (kv_f *)(void *)ST, at, v, t0, t1);
     }
     if (hT) transpose(hT, ST, N, P);
 }
@@ -216,22 +201,22 @@ typedef struct {
     double pA, pD;
 } BhOut;
 
-/* dst[0 .. VW) += v */
-static inline void vadd_to(float *dst, vf v) { vstore(dst, vload(dst) + v); }
+/* dst[0 .. KV_W) += v */
+static inline void vadd_to(float *dst, kv_f v) { kv_store(dst, kv_load(dst) + v); }
 
 /* Chunk [t0, t0 + L) in reverse. St:(L+1, P, N) holds S_{t0-1 .. t0+L-1}; G:(P, N) and GT:(N, P)
  * (vectors along N and along P) enter holding dL/dS_{t0+L} (or dhT) with its decay a_{t0+L} still
  * to apply (*pend), and leave holding dL/dS_{t0} with *pend = a_{t0}: deferring the scale lets
  * each step fold it into the update's FMA (G = a G + dy C) instead of a separate multiply. */
-static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *GT, float *pend,
+static inline __attribute__((always_inline)) void bwd_run(BhOut *o, kv_f *G, kv_f *GT, float *pend,
                                                           const float *St, const float *at,
                                                           const float *dy, const BhIn *v, int t0,
                                                           int L, const int P, const int N) {
     const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
-    const int NP = P / VW, NN = N / VW;
-    vf Gl[MAXV], GTl[MAXV]; /* local copies (see fwd_run) */
-    memcpy(Gl, G, sizeof(vf) * P * NN);
-    memcpy(GTl, GT, sizeof(vf) * N * NP);
+    const int NP = P / KV_W, NN = N / KV_W;
+    kv_f Gl[MAXV], GTl[MAXV]; /* local copies (see fwd_run) */
+    memcpy(Gl, G, sizeof(kv_f) * P * NN);
+    memcpy(GTl, GT, sizeof(kv_f) * N * NP);
     float sc = *pend;
     for (int i = L - 1; i >= 0; i--) {
         int t = t0 + i;
@@ -241,39 +226,39 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
         float dtt = v->dt[(size_t)t * v->H], a = at[i];
         /* G_t = a_{t+1} G_{t+1} + dy_t (x) C_t, in both layouts */
         for (int p = 0; p < P; p++)
-            for (int j = 0; j < NN; j++) Gl[p * NN + j] = sc * Gl[p * NN + j] + gy[p] * vload(ct + j * VW);
+            for (int j = 0; j < NN; j++) Gl[p * NN + j] = sc * Gl[p * NN + j] + gy[p] * kv_load(ct + j * KV_W);
         for (int n = 0; n < N; n++)
-            for (int j = 0; j < NP; j++) GTl[n * NP + j] = sc * GTl[n * NP + j] + ct[n] * vload(gy + j * VW);
+            for (int j = 0; j < NP; j++) GTl[n * NP + j] = sc * GTl[n * NP + j] + ct[n] * kv_load(gy + j * KV_W);
         /* <G_t, S_{t-1}>;  dC_t += sum_p dy[p] S_t[p,:];  dB_t += dt sum_p x[p] G[p,:]
          * (each sum as two interleaved chains: twice the FMAs in flight) */
-        vf ga0 = {0}, ga1 = {0};
+        kv_f ga0 = {0}, ga1 = {0};
         for (int j = 0; j < NN; j++) {
-            vf dc0 = {0}, dc1 = {0}, db0 = {0}, db1 = {0};
-            for (int p = 0; p < P; p += 2) { /* P is even (a multiple of VW) */
-                const float *s0 = Sp + (size_t)p * N + j * VW, *s1 = Sc + (size_t)p * N + j * VW;
-                vf g0 = Gl[p * NN + j], g1 = Gl[(p + 1) * NN + j];
-                ga0 += g0 * vload(s0);
-                ga1 += g1 * vload(s0 + N);
-                dc0 += gy[p] * vload(s1);
-                dc1 += gy[p + 1] * vload(s1 + N);
+            kv_f dc0 = {0}, dc1 = {0}, db0 = {0}, db1 = {0};
+            for (int p = 0; p < P; p += 2) { /* P is even (a multiple of KV_W) */
+                const float *s0 = Sp + (size_t)p * N + j * KV_W, *s1 = Sc + (size_t)p * N + j * KV_W;
+                kv_f g0 = Gl[p * NN + j], g1 = Gl[(p + 1) * NN + j];
+                ga0 += g0 * kv_load(s0);
+                ga1 += g1 * kv_load(s0 + N);
+                dc0 += gy[p] * kv_load(s1);
+                dc1 += gy[p + 1] * kv_load(s1 + N);
                 db0 += xt[p] * g0;
                 db1 += xt[p + 1] * g1;
             }
-            if (o->dCm) vadd_to(o->dCm + (size_t)t * N + j * VW, dc0 + dc1);
-            if (o->dBm) vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * (db0 + db1));
+            if (o->dCm) vadd_to(o->dCm + (size_t)t * N + j * KV_W, dc0 + dc1);
+            if (o->dBm) vadd_to(o->dBm + (size_t)t * N + j * KV_W, dtt * (db0 + db1));
         }
         /* gb = G_t B_t (along P, from G^T);  dx += dt gb + D dy */
-        vf gdt = {0}, gd = {0};
+        kv_f gdt = {0}, gd = {0};
         for (int j = 0; j < NP; j++) {
-            vf gb0 = {0}, gb1 = {0}, x = vload(xt + j * VW), g = vload(gy + j * VW);
+            kv_f gb0 = {0}, gb1 = {0}, x = kv_load(xt + j * KV_W), g = kv_load(gy + j * KV_W);
             for (int n = 0; n < N; n += 2) {
                 gb0 += bt[n] * GTl[n * NP + j];
                 gb1 += bt[n + 1] * GTl[(n + 1) * NP + j];
             }
-            vf gb = gb0 + gb1;
+            kv_f gb = gb0 + gb1;
             gdt += gb * x;
             gd += g * x;
-            if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * gb + v->D * g);
+            if (o->dx) vadd_to(o->dx + t * ld + j * KV_W, dtt * gb + v->D * g);
         }
         float g_alpha = vsum(ga0 + ga1);
         o->pD += vsum(gd);
@@ -283,11 +268,11 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
         sc = a; /* the step before t gets a_t G_t */
     }
     *pend = sc;
-    memcpy(G, Gl, sizeof(vf) * P * NN);
-    memcpy(GT, GTl, sizeof(vf) * N * NP);
+    memcpy(G, Gl, sizeof(kv_f) * P * NN);
+    memcpy(GT, GTl, sizeof(kv_f) * N * NP);
 }
 
-#if VW < 16
+#if KV_W < 16
 /* Without AVX-512, G and G^T (2 P N floats: 64 AVX2 vectors at P = N = 16, four times the
  * register file) went through memory on every token of bwd_run. Here each sweep over the chunk
  * keeps a few rows of one of them in registers (at most 8 vectors): the sweeps over rows of G give
@@ -296,7 +281,7 @@ static inline __attribute__((always_inline)) void bwd_run(BhOut *o, vf *G, vf *G
  * partials. The same products as bwd_run, summed in another order. Used at P = N = 16, where the
  * dimensions are constants and the rows stay in registers (1 thread, B 32, T 256, H 8: 1.3x);
  * with run-time dimensions the arrays of rows stay in memory and it was 1.05-1.2x slower. */
-#define RMAX (256 / VW) /* the longest state row (P, N <= 256 / VW) */
+#define RMAX (256 / KV_W) /* the longest state row (P, N <= 256 / KV_W) */
 
 /* Rows of vecs_per_row vectors each that make at most 8 vectors, dividing rows. */
 static inline int rows_per_sweep(int vecs_per_row, int rows) {
@@ -306,15 +291,15 @@ static inline int rows_per_sweep(int vecs_per_row, int rows) {
 }
 
 /* g[r * nv + j] <-> row r, vector j of a matrix with rows ld floats apart */
-static inline __attribute__((always_inline)) void rows_load(vf *g, const float *m, int rows,
+static inline __attribute__((always_inline)) void rows_load(kv_f *g, const float *m, int rows,
                                                             int nv, int ld) {
     for (int r = 0; r < rows; r++)
-        for (int j = 0; j < nv; j++) g[r * nv + j] = vload(m + (size_t)r * ld + j * VW);
+        for (int j = 0; j < nv; j++) g[r * nv + j] = kv_load(m + (size_t)r * ld + j * KV_W);
 }
-static inline __attribute__((always_inline)) void rows_store(float *m, const vf *g, int rows,
+static inline __attribute__((always_inline)) void rows_store(float *m, const kv_f *g, int rows,
                                                              int nv, int ld) {
     for (int r = 0; r < rows; r++)
-        for (int j = 0; j < nv; j++) vstore(m + (size_t)r * ld + j * VW, g[r * nv + j]);
+        for (int j = 0; j < nv; j++) kv_store(m + (size_t)r * ld + j * KV_W, g[r * nv + j]);
 }
 
 /* bwd_run's contract, with G (P, N) and GT (N, P) as floats. */
@@ -324,55 +309,55 @@ static inline __attribute__((always_inline)) void bwd_run_swept(BhOut *o, float 
                                                                 const BhIn *v, int t0, int L,
                                                                 const int P, const int N) {
     const size_t ld = (size_t)v->H * P, PN = (size_t)P * N;
-    const int NP = P / VW, NN = N / VW;
+    const int NP = P / KV_W, NN = N / KV_W;
     const int RG = rows_per_sweep(NN, P), RT = rows_per_sweep(NP, N);
-    float ga[Q * VW];   /* per token: the lanes of <G_t, S_{t-1}> */
+    float ga[Q * KV_W];   /* per token: the lanes of <G_t, S_{t-1}> */
     float db[Q * RMAX]; /* per token: sum_p x_t[p] G_t[p, :] */
     float gb[Q * RMAX]; /* per token: G_t B_t */
-    memset(ga, 0, sizeof(float) * (size_t)L * VW);
+    memset(ga, 0, sizeof(float) * (size_t)L * KV_W);
     memset(db, 0, sizeof(float) * (size_t)L * N);
     memset(gb, 0, sizeof(float) * (size_t)L * P);
     for (int p0 = 0; p0 < P; p0 += RG) { /* rows p0 .. p0 + RG of G */
-        vf g[8];
+        kv_f g[8];
         rows_load(g, G + (size_t)p0 * N, RG, NN, N);
         float sc = *pend;
         for (int i = L - 1; i >= 0; i--) {
             int t = t0 + i;
             const float *xt = v->x + t * ld, *gy = dy + t * ld, *ct = v->Cm + (size_t)t * N;
             const float *Sp = St + (size_t)i * PN;
-            vf gav = {0};
+            kv_f gav = {0};
             for (int j = 0; j < NN; j++) {
-                vf c = vload(ct + j * VW), dbv = {0};
+                kv_f c = kv_load(ct + j * KV_W), dbv = {0};
                 for (int r = 0; r < RG; r++) {
                     int p = p0 + r;
-                    vf gg = sc * g[r * NN + j] + gy[p] * c;
+                    kv_f gg = sc * g[r * NN + j] + gy[p] * c;
                     g[r * NN + j] = gg;
-                    gav += gg * vload(Sp + (size_t)p * N + j * VW);
+                    gav += gg * kv_load(Sp + (size_t)p * N + j * KV_W);
                     dbv += xt[p] * gg;
                 }
-                vadd_to(db + (size_t)i * N + j * VW, dbv);
+                vadd_to(db + (size_t)i * N + j * KV_W, dbv);
             }
-            vadd_to(ga + (size_t)i * VW, gav);
+            vadd_to(ga + (size_t)i * KV_W, gav);
             sc = at[i];
         }
         rows_store(G + (size_t)p0 * N, g, RG, NN, N);
     }
     for (int n0 = 0; n0 < N; n0 += RT) { /* rows n0 .. n0 + RT of G^T */
-        vf g[8];
+        kv_f g[8];
         rows_load(g, GT + (size_t)n0 * P, RT, NP, P);
         float sc = *pend;
         for (int i = L - 1; i >= 0; i--) {
             int t = t0 + i;
             const float *gy = dy + t * ld, *ct = v->Cm + (size_t)t * N, *bt = v->Bm + (size_t)t * N;
             for (int j = 0; j < NP; j++) {
-                vf dyv = vload(gy + j * VW), gbv = {0};
+                kv_f dyv = kv_load(gy + j * KV_W), gbv = {0};
                 for (int r = 0; r < RT; r++) {
                     int n = n0 + r;
-                    vf gg = sc * g[r * NP + j] + ct[n] * dyv;
+                    kv_f gg = sc * g[r * NP + j] + ct[n] * dyv;
                     g[r * NP + j] = gg;
                     gbv += bt[n] * gg;
                 }
-                vadd_to(gb + (size_t)i * P + j * VW, gbv);
+                vadd_to(gb + (size_t)i * P + j * KV_W, gbv);
             }
             sc = at[i];
         }
@@ -382,27 +367,27 @@ static inline __attribute__((always_inline)) void bwd_run_swept(BhOut *o, float 
         int t = t0 + i;
         const float *xt = v->x + t * ld, *gy = dy + t * ld, *Sc = St + (size_t)(i + 1) * PN;
         float dtt = v->dt[(size_t)t * v->H], a = at[i];
-        vf gdt = {0}, gd = {0};
+        kv_f gdt = {0}, gd = {0};
         for (int j = 0; j < NP; j++) {
-            vf g = vload(gb + (size_t)i * P + j * VW), x = vload(xt + j * VW);
-            vf y = vload(gy + j * VW);
+            kv_f g = kv_load(gb + (size_t)i * P + j * KV_W), x = kv_load(xt + j * KV_W);
+            kv_f y = kv_load(gy + j * KV_W);
             gdt += g * x;
             gd += y * x;
-            if (o->dx) vadd_to(o->dx + t * ld + j * VW, dtt * g + v->D * y);
+            if (o->dx) vadd_to(o->dx + t * ld + j * KV_W, dtt * g + v->D * y);
         }
         if (o->dBm)
             for (int j = 0; j < NN; j++)
-                vadd_to(o->dBm + (size_t)t * N + j * VW, dtt * vload(db + (size_t)i * N + j * VW));
+                vadd_to(o->dBm + (size_t)t * N + j * KV_W, dtt * kv_load(db + (size_t)i * N + j * KV_W));
         if (o->dCm)
             for (int j = 0; j < NN; j++) { /* dC_t += sum_p dy[p] S_t[p, :], two chains */
-                vf dc0 = {0}, dc1 = {0};
+                kv_f dc0 = {0}, dc1 = {0};
                 for (int p = 0; p < P; p += 2) {
-                    dc0 += gy[p] * vload(Sc + (size_t)p * N + j * VW);
-                    dc1 += gy[p + 1] * vload(Sc + (size_t)(p + 1) * N + j * VW);
+                    dc0 += gy[p] * kv_load(Sc + (size_t)p * N + j * KV_W);
+                    dc1 += gy[p + 1] * kv_load(Sc + (size_t)(p + 1) * N + j * KV_W);
                 }
-                vadd_to(o->dCm + (size_t)t * N + j * VW, dc0 + dc1);
+                vadd_to(o->dCm + (size_t)t * N + j * KV_W, dc0 + dc1);
             }
-        float g_alpha = vsum(vload(ga + (size_t)i * VW));
+        float g_alpha = vsum(kv_load(ga + (size_t)i * KV_W));
         o->pD += vsum(gd);
         if (o->ddt) o->ddt[(size_t)t * v->H] += vsum(gdt) + g_alpha * a * v->A;
         o->pA += (double)g_alpha * a * dtt;
@@ -430,10 +415,10 @@ static inline __attribute__((always_inline)) void states_run(float *St, const fl
         }
         const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *Sp = St + (size_t)i * PN;
         float *Sn = St + (size_t)(i + 1) * PN, dtt = v->dt[(size_t)t * v->H], a = at[i];
-        for (int j = 0; j < N / VW; j++) {
-            vf b = dtt * vload(bt + j * VW);
+        for (int j = 0; j < N / KV_W; j++) {
+            kv_f b = dtt * kv_load(bt + j * KV_W);
             for (int p = 0; p < P; p++)
-                vstore(Sn + (size_t)p * N + j * VW, a * vload(Sp + (size_t)p * N + j * VW) + xt[p] * b);
+                kv_store(Sn + (size_t)p * N + j * KV_W, a * kv_load(Sp + (size_t)p * N + j * KV_W) + xt[p] * b);
         }
     }
 }
@@ -444,7 +429,7 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
                    float *ws, const BhIn *v) {
     int P = v->P, N = v->N, nch = (v->T + Q - 1) / Q;
     size_t PN = (size_t)P * N;
-    float *G = ws, *GT = G + PN, *St = GT + PN; /* P, N are multiples of VW: vf-aligned */
+    float *G = ws, *GT = G + PN, *St = GT + PN; /* P, N are multiples of KV_W: kv_f-aligned */
     float *at = St + ((size_t)Q + 1) * PN;      /* (Q) decays of a chunk */
     float pend = 1.0f;                          /* decay not yet applied to G, GT (bwd_run) */
     if (dhT) {
@@ -459,14 +444,14 @@ static void bwd_bh(BhOut *o, float *dh0, const float *dhT, const float *saved_bh
         decays(at, v, t0, L);
         if (P == 16 && N == 16) {
             states_run(St, S0, at, v, t0, L, dy, o->dx, 16, 16);
-#if VW < 16
+#if KV_W < 16
             bwd_run_swept(o, G, GT, &pend, St, at, dy, v, t0, L, 16, 16);
 #else
-            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, 16, 16);
+            bwd_run(o, (kv_f *)(void *)G, (kv_f *)(void *)GT, &pend, St, at, dy, v, t0, L, 16, 16);
 #endif
         } else {
             states_run(St, S0, at, v, t0, L, dy, o->dx, P, N);
-            bwd_run(o, (vf *)(void *)G, (vf *)(void *)GT, &pend, St, at, dy, v, t0, L, P, N);
+            bwd_run(o, (kv_f *)(void *)G, (kv_f *)(void *)GT, &pend, St, at, dy, v, t0, L, P, N);
         }
     }
     if (dh0) /* dL/dS_{-1} = a_0 dL/dS_0 */
