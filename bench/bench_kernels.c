@@ -11,8 +11,8 @@
  *    batch-1 generation, with weights cycled through L3 and memory as a model's layers are.
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
- * 5. The one-token SSD step (k_ssd_step) at the shapes of sequential generation: us per call and
- *    GB/s of state.
+ * 5. The one-token steps at the shapes of sequential generation: the SSD step (k_ssd_step, us
+ *    per call and GB/s of state) and attention against a KV cache (k_attn_step, GB/s of K, V).
  * 6. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
  *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
  *    timed again right before each function (a shared machine's speed drifts within a run).
@@ -281,8 +281,16 @@ static void run_ssd_step(void *p) {
     k_ssd_step(c->y, c->S, c->S, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->H, c->P, c->N);
 }
 
+typedef struct { int B, NH, HD, n; float *o, *q, *k, *v, *kc, *vc; } AttnStepCase;
+
+static void run_attn_step(void *p) {
+    AttnStepCase *c = p;
+    k_attn_step(c->o, c->q, c->k, c->v, c->kc, c->vc, c->n, c->n + 1, c->B, c->NH, c->HD);
+}
+
 /* k_ssd_step at the shapes of sequential generation (the state committed in place, as the last
- * call of a token does), one thread: us per call and GB/s of state (read and written once). */
+ * call of a token does), one thread: us per call and GB/s of state (read and written once); then
+ * k_attn_step with n cached rows per head. */
 static void bench_step(Rng *r) {
     static const int shapes[][4] = {
         {1, 8, 16, 16},   /* imp_gen_b1: the small implicit Mamba2 */
@@ -305,6 +313,25 @@ static void bench_step(Rng *r) {
         printf("  %3d %3d %3d %3d %14.2f %9.3f %8.1f\n", B, H, P, N, t * 1e6, t * 1e9 / (double)ns,
                8.0 * (double)ns / t / 1e9);
         free(c.y), free(c.S), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
+    }
+    static const int attn_shapes[][4] = {
+        {1, 4, 32, 128},  /* lm_llama: 4 heads of 32, half of its 256 generated tokens cached */
+        {1, 6, 48, 128},  /* stories15M's heads */
+        {1, 12, 64, 128}, /* llama110M's heads */
+        {1, 12, 64, 1024},
+    };
+    printf("\nOne-token attention against a KV cache, 1 thread (GB/s of K and V rows read)\n");
+    printf("  %-22s %9s %9s %8s\n", "B NH HD cached", "us", "ns/key", "GB/s");
+    for (size_t k = 0; k < sizeof attn_shapes / sizeof attn_shapes[0]; k++) {
+        int B = attn_shapes[k][0], NH = attn_shapes[k][1], HD = attn_shapes[k][2], n = attn_shapes[k][3];
+        size_t tok = (size_t)B * NH * HD, nc = tok * (size_t)(n + 1);
+        AttnStepCase c = {B, NH, HD, n, calloc(tok, 4), randn(tok, r), randn(tok, r), randn(tok, r),
+                          randn(nc, r), randn(nc, r)};
+        double t = best_time(run_attn_step, &c);
+        double keys = (double)B * NH * (n + 1);
+        printf("  %3d %3d %3d %5d %12.2f %9.3f %8.1f\n", B, NH, HD, n, t * 1e6, t * 1e9 / keys,
+               8.0 * keys * HD / t / 1e9);
+        free(c.o), free(c.q), free(c.k), free(c.v), free(c.kc), free(c.vc);
     }
 }
 

@@ -776,6 +776,11 @@ int main(void) {
         test_attn_parity(ashapes[i][0], ashapes[i][1], ashapes[i][2], ashapes[i][3], &r);
     test_attn_step(2, 9, 2, 8, &r);
     test_attn_step(1, 40, 3, 16, &r);
+    /* head widths of whole vectors (4, 8 or 16 lanes): keys in groups, the last one partial */
+    test_attn_step(2, 37, 2, 32, &r);
+    test_attn_step(1, 35, 2, 64, &r);
+    test_attn_step(1, 21, 1, 128, &r);
+    test_attn_step(1, 19, 2, 12, &r);
     test_nan_propagation(&r);
 #ifdef _OPENMP
     test_threads(&r);

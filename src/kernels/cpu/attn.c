@@ -25,6 +25,7 @@
 #include "../../core/check.h"
 #include "kscratch.h"
 #include "seq_mm.h"
+#include "vecw.h"
 #include "vmath.h"
 
 #include "threading.h"
@@ -275,6 +276,83 @@ void k_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float 
 
 /* ---- one-token attention against a KV cache ------------------------------------------------- */
 
+/* Query . key dot products' lanes (HD a multiple of KV_W; a compile-time constant in the
+ * specialised calls). */
+static inline __attribute__((always_inline)) kv_f qk_lanes(const float *a, const float *b,
+                                                           const int HD) {
+    kv_f r = kv_load(a) * kv_load(b);
+    for (int c = KV_W; c < HD; c += KV_W) r += kv_load(a + c) * kv_load(b + c);
+    return r;
+}
+
+/* One (b, head) with HD a multiple of KV_W: the scores of KV_W keys at a time, their dots summed
+ * together (kv_sum_rows, cpu/vecw.h) instead of one horizontal sum per key; the output in
+ * registers, up to 4 vectors at a time, with two sets of partial sums (even and odd keys: the FMA
+ * chain per key was the bound). key(s): row s of the cache, the new row at s = n_cached. */
+static inline __attribute__((always_inline)) void step_head_vec(
+    float *oh, float *sc, const float *qh, const float *kc, const float *k_new, const float *vc,
+    const float *v_new, int n_cached, float scale, const int HD) {
+    int ns = n_cached + 1, s0 = 0;
+    for (; s0 + KV_W <= n_cached; s0 += KV_W) { /* whole groups of cached keys */
+        kv_f acc[KV_W];
+#pragma GCC unroll 16
+        for (int j = 0; j < KV_W; j++)
+            acc[j] = qk_lanes(qh, kc + (size_t)(s0 + kv_slot_row(j)) * HD, HD);
+        kv_store(sc + s0, kv_sum_rows(acc) * scale);
+    }
+    if (s0 < ns) { /* the rest, the new key last; empty slots 0 */
+        kv_f acc[KV_W];
+        for (int j = 0; j < KV_W; j++) {
+            int s = s0 + kv_slot_row(j);
+            kv_f z = {0};
+            acc[j] = s < ns ? qk_lanes(qh, s < n_cached ? kc + (size_t)s * HD : k_new, HD) : z;
+        }
+        kv_f scv = kv_sum_rows(acc) * scale;
+        for (int j = 0; s0 + j < ns; j++) sc[s0 + j] = scv[j];
+    }
+    float m = -INFINITY;
+    for (int s = 0; s < ns; s++) m = sc[s] > m ? sc[s] : m;
+    float sum = exp_sum(sc, ns, 1.0f, m);
+    /* o = sum_s p_s v_s / sum in registers, in one pass over V up to OB vectors wide (wider heads
+     * in blocks of OB); while the block is at most OB / 2 vectors, two sets of partial sums (even
+     * and odd keys: the FMA chain per key was the bound) */
+    enum { OB = 8 };
+    const int nc = HD / KV_W;
+    float inv = 1.0f / sum;
+    for (int c0 = 0; c0 < nc; c0 += OB) {
+        int cb = nc - c0 < OB ? nc - c0 : OB;
+        kv_f o0[OB], o1[OB];
+        for (int c = 0; c < cb; c++) o0[c] = o1[c] = (kv_f){0};
+        int s = 0;
+        if (2 * cb <= OB)
+            for (; s + 1 < n_cached; s += 2) {
+                const float *v0 = vc + (size_t)s * HD + c0 * KV_W, *v1 = v0 + HD;
+                for (int c = 0; c < cb; c++) {
+                    o0[c] += sc[s] * kv_load(v0 + c * KV_W);
+                    o1[c] += sc[s + 1] * kv_load(v1 + c * KV_W);
+                }
+            }
+        for (; s < ns; s++) {
+            const float *vs = (s < n_cached ? vc + (size_t)s * HD : v_new) + c0 * KV_W;
+            for (int c = 0; c < cb; c++) o0[c] += sc[s] * kv_load(vs + c * KV_W);
+        }
+        for (int c = 0; c < cb; c++) kv_store(oh + (c0 + c) * KV_W, (o0[c] + o1[c]) * inv);
+    }
+}
+
+static void step_head_any(float *oh, float *sc, const float *qh, const float *kc, const float *k_new,
+                          const float *vc, const float *v_new, int n_cached, float scale, int HD) {
+    switch (HD / KV_W * (HD % KV_W == 0)) { /* the widths of common heads as constants */
+    case 2: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, 2 * KV_W); break;
+    case 3: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, 3 * KV_W); break;
+    case 4: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, 4 * KV_W); break;
+    case 6: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, 6 * KV_W); break;
+    case 8: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, 8 * KV_W); break;
+    default: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, HD);
+    }
+}
+
+
 void k_attn_step(float *o, const float *q, const float *k_new, const float *v_new,
                  const float *kcache, const float *vcache, int n_cached, int Tmax,
                  int B, int NH, int HD) {
@@ -283,7 +361,18 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
     size_t nsc = (size_t)n_cached + 1;
     float *scbuf = kscratch_floats(KS_ATTN_STEP, nsc * kt_max_threads()); /* scores of one (b, head) */
     /* parallel only once the cache reads (K and V rows of every head) are worth a fork/join */
-    KT_FOR(kt_team(2.0 * B * NH * (double)nsc * HD * KT_NS_ATTN, (long)B * NH),
+    int nt = kt_team(2.0 * B * NH * (double)nsc * HD * KT_NS_ATTN, (long)B * NH);
+    if (HD % KV_W == 0) {
+        KT_FOR(nt,
+        for (int i = 0; i < B * NH; i++)
+            step_head_any(o + (size_t)i * HD, scbuf + nsc * kt_thread_id(), q + (size_t)i * HD,
+                          kcache + (size_t)i * Tmax * HD, k_new + (size_t)i * HD,
+                          vcache + (size_t)i * Tmax * HD, v_new + (size_t)i * HD, n_cached, scale,
+                          HD););
+        return;
+    }
+    /* head widths that are not whole vectors: one horizontal dot per key */
+    KT_FOR(nt,
     for (int i = 0; i < B * NH; i++) {
         float *sc = scbuf + nsc * kt_thread_id();
         const float *qh = q + (size_t)i * HD;

@@ -498,65 +498,7 @@ void k_ssd_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *
  * `bench_kernels --only step` (Zen 4, one thread, B 32, H 8, P = N = 16): 19.9 -> 9.2 us with
  * AVX-512, 18.5 -> 8.2 with AVX2, 33 -> 17-24 with SSE2. The readouts' summation order is not
  * kseq_dot's: y differs from the row-at-a-time form below in the last bits. */
-#define SW KV_W /* cpu/vecw.h */
-
-/* Row order of the reduction's inputs: slot j holds row bitrev(j), so that lane k of the result is
- * row k. */
-static inline int slot_row(int j) {
-    int r = 0;
-    for (int b = 1; b < SW; b <<= 1) r = (r << 1) | ((j & b) != 0);
-    return r;
-}
-
-/* The reduction's shuffles, level by level (blocks of SW/2, SW/4, .. 1 lanes): lane k of the
- * level's result takes lanes lo[k] + hi[k] of (u, v) (indices >= SW: v's). Tables, not computed:
- * gcc built masks computed in a loop at run time (the step ran 2x slower). */
-#if SW == 16
-static const int SUM_MASK[4][2][16] = {
-    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
-};
-#elif SW == 8
-static const int SUM_MASK[3][2][8] = {
-    {{0, 1, 2, 3, 8, 9, 10, 11},
-     {4, 5, 6, 7, 12, 13, 14, 15}},
-    {{0, 1, 8, 9, 4, 5, 12, 13},
-     {2, 3, 10, 11, 6, 7, 14, 15}},
-    {{0, 8, 2, 10, 4, 12, 6, 14},
-     {1, 9, 3, 11, 5, 13, 7, 15}},
-};
-#else
-static const int SUM_MASK[2][2][4] = {
-    {{0, 1, 4, 5},
-     {2, 3, 6, 7}},
-    {{0, 4, 2, 6},
-     {1, 5, 3, 7}},
-};
-#endif
-
-/* Sum of the lanes of in[j] into lane slot_row(j), in a fixed order (the same on every thread).
- * Level with blocks of s lanes: (u, v) -> u's and v's blocks of 2s lanes, each folded to s lanes
- * (low half + high half) and interleaved u, v. in is overwritten. */
-static inline __attribute__((always_inline)) kv_f sum_rows(kv_f *in) {
-    int level = 0;
-#pragma GCC unroll 8
-    for (int n = SW; n > 1; n /= 2, level++) {
-        kv_i lo, hi;
-        memcpy(&lo, SUM_MASK[level][0], sizeof lo);
-        memcpy(&hi, SUM_MASK[level][1], sizeof hi);
-#pragma GCC unroll 8
-        for (int i = 0; i < n / 2; i++)
-            in[i] = __builtin_shuffle(in[2 * i], in[2 * i + 1], lo) +
-                    __builtin_shuffle(in[2 * i], in[2 * i + 1], hi);
-    }
-    return in[0];
-}
+#define SW KV_W /* cpu/vecw.h; kv_sum_rows there */
 
 /* Row p of one (b, h): the new state (into So when given) and its readout's SW lanes. */
 static inline __attribute__((always_inline)) kv_f step_row(float *So, const float *S, const float *bt,
@@ -581,23 +523,23 @@ static inline __attribute__((always_inline)) void step_item_vec(
         kv_f acc[SW];
 #pragma GCC unroll 16
         for (int j = 0; j < SW; j++) {
-            int p = p0 + slot_row(j);
+            int p = p0 + kv_slot_row(j);
             acc[j] = step_row(So ? So + (size_t)p * N : NULL, S + (size_t)p * N, bt, ct, alpha,
                               dti * xi[p], N);
         }
-        kv_store(y + p0, sum_rows(acc) + Dh * kv_load(xi + p0));
+        kv_store(y + p0, kv_sum_rows(acc) + Dh * kv_load(xi + p0));
     }
     if (p0 < P) { /* the last P mod SW rows, the other slots 0 */
         int np = P - p0;
         kv_f acc[SW];
         for (int j = 0; j < SW; j++) {
-            int p = p0 + slot_row(j);
+            int p = p0 + kv_slot_row(j);
             kv_f z = {0};
-            acc[j] = slot_row(j) < np ? step_row(So ? So + (size_t)p * N : NULL, S + (size_t)p * N,
+            acc[j] = kv_slot_row(j) < np ? step_row(So ? So + (size_t)p * N : NULL, S + (size_t)p * N,
                                                  bt, ct, alpha, dti * xi[p], N)
                                       : z;
         }
-        kv_f yv = sum_rows(acc);
+        kv_f yv = kv_sum_rows(acc);
         for (int r = 0; r < np; r++) y[p0 + r] = yv[r] + Dh * xi[p0 + r];
     }
 }

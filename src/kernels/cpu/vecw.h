@@ -26,4 +26,57 @@ static inline kv_f kv_load(const float *p) {
 }
 static inline void kv_store(float *p, kv_f v) { memcpy(p, &v, sizeof v); }
 
+/* Transposed sums: KV_W vectors in[0..KV_W) -> one vector whose lane k is the sum of the lanes of
+ * the input in slot j with kv_slot_row(j) = k (slot j holds row bitrev(j)). Used where KV_W rows'
+ * dot products are wanted at once (a state's readout, a query against KV_W keys): log2 KV_W levels
+ * of two shuffles and an add, ~3 operations per row, where a horizontal sum per row costs ~8.
+ * Fixed order, the same on every thread. */
+static inline int kv_slot_row(int j) {
+    int r = 0;
+    for (int b = 1; b < KV_W; b <<= 1) r = (r << 1) | ((j & b) != 0);
+    return r;
+}
+
+/* Level with blocks of s lanes (s = KV_W/2 .. 1): (u, v) -> u's and v's blocks of 2s lanes, each
+ * folded to s lanes (low half + high half) and interleaved u, v; lane k of the level's result is
+ * lanes lo[k] + hi[k] of (u, v) (indices >= KV_W: v's). The masks are tables, not computed: gcc
+ * built masks computed in a loop at run time (the SSD step ran 2x slower). in is overwritten. */
+static inline __attribute__((always_inline)) kv_f kv_sum_rows(kv_f *in) {
+#if KV_W == 16
+    static const int mask[4][2][16] = {
+        {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+         {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+        {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+         {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+        {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+         {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+        {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+         {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+    };
+#elif KV_W == 8
+    static const int mask[3][2][8] = {
+        {{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}},
+        {{0, 1, 8, 9, 4, 5, 12, 13}, {2, 3, 10, 11, 6, 7, 14, 15}},
+        {{0, 8, 2, 10, 4, 12, 6, 14}, {1, 9, 3, 11, 5, 13, 7, 15}},
+    };
+#else
+    static const int mask[2][2][4] = {
+        {{0, 1, 4, 5}, {2, 3, 6, 7}},
+        {{0, 4, 2, 6}, {1, 5, 3, 7}},
+    };
+#endif
+    int level = 0;
+#pragma GCC unroll 8
+    for (int n = KV_W; n > 1; n /= 2, level++) {
+        kv_i lo, hi;
+        memcpy(&lo, mask[level][0], sizeof lo);
+        memcpy(&hi, mask[level][1], sizeof hi);
+#pragma GCC unroll 8
+        for (int i = 0; i < n / 2; i++)
+            in[i] = __builtin_shuffle(in[2 * i], in[2 * i + 1], lo) +
+                    __builtin_shuffle(in[2 * i], in[2 * i + 1], hi);
+    }
+    return in[0];
+}
+
 #endif
