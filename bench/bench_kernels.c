@@ -12,7 +12,8 @@
  * 4. Bandwidth-bound kernels in GB/s (bytes that must move, as counted in the table) and as a
  *    fraction of the read-bandwidth roofline (their few FLOPs per element never bind).
  * 5. The one-token steps at the shapes of sequential generation: the SSD step (k_ssd_step, us
- *    per call and GB/s of state) and attention against a KV cache (k_attn_step, GB/s of K, V).
+ *    per call and GB/s of state), the S6 step (k_s6_step) and attention against a KV cache
+ *    (k_attn_step, GB/s of K, V).
  * 6. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
  *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
  *    timed again right before each function (a shared machine's speed drifts within a run).
@@ -281,6 +282,13 @@ static void run_ssd_step(void *p) {
     k_ssd_step(c->y, c->S, c->S, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->H, c->P, c->N);
 }
 
+typedef struct { int B, E, N; float *y, *h, *x, *dt, *A, *Bm, *Cm, *D; } S6StepCase;
+
+static void run_s6_step(void *p) {
+    S6StepCase *c = p;
+    k_s6_step(c->y, c->h, c->h, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->E, c->N);
+}
+
 typedef struct { int B, NH, HD, n; float *o, *q, *k, *v, *kc, *vc; } AttnStepCase;
 
 static void run_attn_step(void *p) {
@@ -290,7 +298,7 @@ static void run_attn_step(void *p) {
 
 /* k_ssd_step at the shapes of sequential generation (the state committed in place, as the last
  * call of a token does), one thread: us per call and GB/s of state (read and written once); then
- * k_attn_step with n cached rows per head. */
+ * k_s6_step the same way, and k_attn_step with n cached rows per head. */
 static void bench_step(Rng *r) {
     static const int shapes[][4] = {
         {1, 8, 16, 16},   /* imp_gen_b1: the small implicit Mamba2 */
@@ -313,6 +321,21 @@ static void bench_step(Rng *r) {
         printf("  %3d %3d %3d %3d %14.2f %9.3f %8.1f\n", B, H, P, N, t * 1e6, t * 1e9 / (double)ns,
                8.0 * (double)ns / t / 1e9);
         free(c.y), free(c.S), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
+    }
+    static const int s6_shapes[][3] = {{1, 256, 16}, {1, 1024, 16}, {64, 128, 16}};
+    printf("\nOne-token S6 (Mamba-1) step, 1 thread (state committed in place; GB/s of state read + written)\n");
+    printf("  %-22s %9s %9s %8s\n", "B E N", "us", "ns/elem", "GB/s");
+    for (size_t k = 0; k < sizeof s6_shapes / sizeof s6_shapes[0]; k++) {
+        int B = s6_shapes[k][0], E = s6_shapes[k][1], N = s6_shapes[k][2];
+        size_t ns = (size_t)B * E * N, nx = (size_t)B * E;
+        S6StepCase c = {B, E, N, calloc(nx, 4), randn(ns, r), randn(nx, r), randn(nx, r),
+                        randn((size_t)E * N, r), randn((size_t)B * N, r), randn((size_t)B * N, r), randn(E, r)};
+        for (size_t i = 0; i < nx; i++) c.dt[i] = 0.01f + 0.1f * fabsf(c.dt[i]);
+        for (size_t i = 0; i < (size_t)E * N; i++) c.A[i] = -1.0f - fabsf(c.A[i]);
+        double t = best_time(run_s6_step, &c);
+        printf("  %3d %5d %3d %12.2f %9.3f %8.1f\n", B, E, N, t * 1e6, t * 1e9 / (double)ns,
+               8.0 * (double)ns / t / 1e9);
+        free(c.y), free(c.h), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
     }
     static const int attn_shapes[][4] = {
         {1, 4, 32, 128},  /* lm_llama: 4 heads of 32, half of its 256 generated tokens cached */

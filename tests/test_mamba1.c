@@ -537,6 +537,10 @@ int main(void) {
     s6_parity(2, 13, 130, 16, 1, &r);  /* three forward blocks, the last partial */
     s6_parity(2, 70, 67, 17, 1, &r);   /* backward block width 32 */
     s6_parity(1, 150, 20, 16, 1, &r);  /* backward block width 16 */
+    /* the step's channel groups (N whole vectors of 4, 8 or 16 lanes, N <= 32), with a tail */
+    s6_parity(2, 5, 37, 32, 1, &r);
+    s6_parity(1, 5, 21, 8, 0, &r);
+    s6_parity(1, 5, 19, 48, 1, &r);
     s6_threads(&r);
     printf("  s6 fast vs ref: worst fwd %.2e, worst bwd %.2e\n", worst_kernel_fwd, worst_kernel_bwd);
     s6_fd(&r);

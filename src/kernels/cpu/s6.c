@@ -21,9 +21,11 @@
  * Measured (1 thread, AVX-512, B 64, T 17, E 1024, N 16): fwd ~9 ms, bwd ~25 ms; the reference
  * takes ~65 and ~205 ms.
  *
- * Step: lanes along N (the state is (B,E,N) there), a 16-lane dot per channel; a work item is a
- * sequence and 16 channels, run four channels at a time when N is 16 (four independent exp
- * chains; 1 thread, AVX-512, B 1, E 256: 7.2-8.4 -> 2.8-2.9 us per step).
+ * Step: lanes along N (the state is (B,E,N) there); a work item is a sequence and 16 channels.
+ * When N is whole vectors (<= 32) the channels go KV_W at a time and their readouts are summed
+ * together (cpu/vecw.h; `bench_kernels --only step`, 1 thread, B 1, E 256, N 16: 2.53 -> 1.60 us
+ * with AVX-512, 3.17 -> 2.00 with AVX2, level with SSE2); else a 16-lane dot per channel, four
+ * channels at a time when N is 16 (four independent exp chains; 7.2-8.4 -> 2.8-2.9 us).
  * Out of scope: an initial state for the full scan, gradients through the final state.
  */
 #include <math.h>
@@ -32,6 +34,7 @@
 #include "../kernels.h"
 #include "../../core/check.h"
 #include "kscratch.h"
+#include "vecw.h"
 #include "vmath.h"
 
 #include "threading.h"
@@ -394,6 +397,47 @@ static void step_4channels(float *y4, float *ho, const float *hi,
     for (int k = 0; k < 4; k++) y4[k] = 0.f + tree_sum(acc[k]);
 }
 
+#define STEP_GROUP_N 32 /* the largest N of the grouped step */
+
+/* KV_W channels at once when N is whole vectors (cpu/vecw.h) and at most STEP_GROUP_N: each channel's new state and the
+ * lanes of its readout, then the KV_W readouts summed together (kv_sum_rows) instead of a 16-lane
+ * tree per channel, whose shuffles were most of the step's instructions; the channels' exp chains
+ * are independent, so the unrolled group keeps the FMA units busy as step_4channels does. ho may
+ * equal hi: every state is read before it is written. */
+static inline __attribute__((always_inline)) void step_group(
+    float *yg, float *ho, const float *hi, const float *restrict Ag, const float *restrict bm,
+    const float *restrict cm, const float *restrict dg, const float *restrict xg,
+    const float *restrict Dg, const int N) {
+    float e[KV_W * STEP_GROUP_N]; /* the decays, one plain loop per channel: gcc vectorises it on
+                                    * every ISA (inside the unrolled group, AVX2 and SSE2 got scalar
+                                    * exps, 3.6x slower) */
+    for (int k = 0; k < KV_W; k++)
+        for (int l = 0; l < N; l++) e[k * N + l] = vexp(dg[k] * Ag[(size_t)k * N + l]);
+    kv_f acc[KV_W];
+#pragma GCC unroll 16
+    for (int j = 0; j < KV_W; j++) {
+        int k = kv_slot_row(j);
+        float u = dg[k] * xg[k];
+        kv_f a = {0};
+        for (int c = 0; c < N; c += KV_W) {
+            kv_f h = kv_load(e + k * N + c) * kv_load(hi + (size_t)k * N + c) + u * kv_load(bm + c);
+            if (ho) kv_store(ho + (size_t)k * N + c, h);
+            a += kv_load(cm + c) * h;
+        }
+        acc[j] = a;
+    }
+    kv_f y = kv_sum_rows(acc);
+    if (Dg) y += kv_load(Dg) * kv_load(xg);
+    kv_store(yg, y);
+}
+
+static void step_group_any(float *yg, float *ho, const float *hi, const float *Ag, const float *bm,
+                           const float *cm, const float *dg, const float *xg, const float *Dg, int N) {
+    if (N == KV_W) step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, KV_W);
+    else if (N == 2 * KV_W) step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, 2 * KV_W);
+    else step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, N);
+}
+
 void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
                const float *A, const float *Bm, const float *Cm, const float *D, int B, int E, int N) {
     check_dims(B, 1, E, N);
@@ -404,6 +448,12 @@ void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const 
         int b = (int)(it / nch), c0 = (int)(it % nch) * STEP_CH, c1 = imin(E, c0 + STEP_CH);
         const float *bm = Bm + (size_t)b * N, *cm = Cm + (size_t)b * N;
         int i = c0;
+        if (N % KV_W == 0 && N <= STEP_GROUP_N)
+            for (; i + KV_W <= c1; i += KV_W) {
+                size_t r = (size_t)b * E + i;
+                step_group_any(y + r, h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm,
+                               cm, dt + r, x + r, D ? D + i : NULL, N);
+            }
         if (N == SL)
             for (; i + 4 <= c1; i += 4) {
                 size_t r = (size_t)b * E + i;
