@@ -556,7 +556,7 @@ void k_ssd_step(float *y, float *S_out, const float *S_in, const float *x, const
                 int B, int H, int P, int N) {
     CHECK(B >= 0 && H > 0 && P > 0 && N > 0, "ssd_step: bad dims B=%d H=%d P=%d N=%d", B, H, P, N);
     size_t PN = (size_t)P * N;
-    int nt = kt_team((double)B * H * PN * KT_NS_STEP, (long)B * H);
+    int nt = kt_team((double)B * H * PN * KT_NS_SSD_STEP, (long)B * H);
     if (N % SW == 0) {
         /* one state update per (b, head): parallel only when the states are large (B = 1: rarely) */
         KT_FOR(nt,

@@ -71,7 +71,8 @@ static inline int kt_team(double ns, long items) {
 #define KT_NS_CONV_TAP 0.06 /* depthwise conv1d: per (token, channel, tap) */
 #define KT_NS_LSTM 1.8      /* LSTM cell: per hidden unit (4 gates, 5 transcendentals) */
 #define KT_NS_SCAN 0.06     /* recurrent scan (SSD scan path, delta rule): per state element and token */
-#define KT_NS_STEP 0.5      /* one-token SSD / delta step: per state element (short rows, copies) */
+#define KT_NS_STEP 0.5      /* one-token delta-rule step: per state element (short rows, copies) */
+#define KT_NS_SSD_STEP 0.15 /* one-token SSD step (rows in registers, cpu/ssd.c): per state element */
 #define KT_NS_SSD 0.015     /* chunked SSD: per token, head and (P N + Q (P + N) / 2) (cpu/ssd.c) */
 #define KT_NS_SCAN_EXP 0.3  /* S6 scan, one exp per state element: per state element and token */
 #define KT_NS_ATTN 0.03     /* attention: per multiply-add of q.k and of p.v */
