@@ -340,10 +340,11 @@ static void test_ssd_paths(Rng *r) {
     ssd_in_free(&s);
 }
 
-/* kseq_dot (seq_mm.h, inline in the step and attention kernels) against a double sum, every length
- * from 0 to 80 and a few long rows: each product is rounded once and each sum goes through at
- * most ceil(n / 16) + 4 float additions (16 lane sums, then the 4-level tree), so the error is
- * below (ceil(n / 16) + 5) u sum |a_i b_i|, u = 2^-24. Also: the same row at an offset in memory
+/* kseq_dot (seq_mm.h, inline in the sequence kernels and in the steps' readouts of rows that are
+ * not whole vectors) against a double sum, every length from 0 to 80 and a few long rows: each
+ * product is rounded once and each sum goes through at most ceil(n / 16) + 4 float additions (16
+ * lane sums, then the 4-level tree), so the error is below (ceil(n / 16) + 5) u sum |a_i b_i|,
+ * u = 2^-24. Also: the same row at an offset in memory
  * gives the same bits (the lanes follow the index, not the alignment). */
 static void test_seq_dot(Rng *r) {
     enum { NMAX = 300 };
@@ -369,8 +370,9 @@ static void test_seq_dot(Rng *r) {
     printf("  kseq_dot: worst error %.2g x sum|ab| over n = 0..80, 127, 128, 255, 300\n", worst);
 }
 
-/* kseq_dot_fold in 8-float halves (the SSD step's readout) then kseq_dot_finish against kseq_dot,
- * bit for bit, at row lengths 1..40 and 64, with signed zeros and values of mixed magnitude. */
+/* kseq_dot_fold in 8-float halves (the SSD step's readout of rows that are not whole vectors)
+ * then kseq_dot_finish against kseq_dot, bit for bit, at row lengths 1..40 and 64, with signed
+ * zeros and values of mixed magnitude. */
 static void test_seq_dot_halves(Rng *r) {
     enum { NMAX = 64 };
     float a[NMAX], b[NMAX];
@@ -708,11 +710,12 @@ static size_t run_all_fast(float *out, const SsdIn *s, const AttnIn *a) {
     return off;
 }
 
-static void test_threads(Rng *r) {
-    SsdIn s = ssd_in_new(3, 130, 3, 5, 9, r);
-    AttnIn a = attn_in_new(2, 70, 3, 8, r);
-    size_t cap = 8 * (sz_x(&s) + sz_S(&s) + k_ssd_saved_floats(3, 130, 3, 5, 9)) +
-                 8 * (size_t)2 * 70 * 3 * 8;
+/* All fast sequence kernels at 1 (or the base count) and 3 threads, every call forked. */
+static void test_threads_at(int P, int N, int HD, Rng *r) {
+    SsdIn s = ssd_in_new(3, 130, 3, P, N, r);
+    AttnIn a = attn_in_new(2, 70, 3, HD, r);
+    size_t cap = 8 * (sz_x(&s) + sz_S(&s) + k_ssd_saved_floats(3, 130, 3, P, N)) +
+                 8 * (size_t)2 * 70 * 3 * HD;
     float *o1 = th_alloc(cap), *o3 = th_alloc(cap);
     int keep = k_get_threads();
     th_bitid_threads(th_thread_base());
@@ -721,10 +724,16 @@ static void test_threads(Rng *r) {
     size_t n3 = run_all_fast(o3, &s, &a);
     th_threads_restore(keep);
     TH_CHECK(n1 == n3 && n1 <= cap, "thread test sizes %zu %zu cap %zu", n1, n3, cap);
-    TH_CHECK(bits_equal(o1, o3, n1), "fast sequence kernels differ between %d and 3 threads", th_thread_base());
+    TH_CHECK(bits_equal(o1, o3, n1), "fast sequence kernels (P %d N %d HD %d) differ between %d and 3 threads",
+             P, N, HD, th_thread_base());
     free(o1); free(o3);
     ssd_in_free(&s);
     attn_in_free(&a);
+}
+
+static void test_threads(Rng *r) {
+    test_threads_at(5, 9, 8, r);    /* rows that are not whole vectors (with AVX-512) */
+    test_threads_at(16, 16, 32, r); /* whole-vector rows: the steps' summed readouts */
 }
 #endif
 
