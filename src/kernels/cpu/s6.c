@@ -12,10 +12,10 @@
  * Backward, per item: recompute the block's states H_t and decays a_t for all t into a per-thread
  * buffer (2 T N cw floats), then run the reverse recurrence G_t = dy_t C_t + a_{t+1} G_{t+1} with
  * the carried term a_{t+1} G_{t+1} kept as one (N, cw) array. dx, ddt belong to the item. The sums
- * over channels (dBm, dCm: per (t, j), 16-lane partials fused into the same pass, then a fixed
- * tree) and over sequences (dA, dD) are written as per-item partials and reduced afterwards in a
- * fixed order (blocks in order for dBm, dCm; sequences in order, in double, for dA, dD), so the
- * result never depends on the thread count. The block width cw depends only on (T, N) (64, down
+ * over channels (dBm, dCm: per (t, j), 16-lane partials fused into the same pass, then the rows'
+ * lanes summed together, cpu/vecw.h) and over sequences (dA, dD) are written as per-item partials
+ * and reduced afterwards in a fixed order (blocks in order for dBm, dCm; sequences in order, in
+ * double, for dA, dD), so the result never depends on the thread count. The block width cw depends only on (T, N) (64, down
  * to 16 when the per-thread buffer would pass 512 KB). The inner loops take restrict pointers:
  * gcc leaves them scalar otherwise (too many arrays for its alias checks), which cost 2x.
  * Measured (1 thread, AVX-512, B 64, T 17, E 1024, N 16): fwd ~9 ms, bwd ~25 ms; the reference
@@ -161,10 +161,14 @@ typedef struct {
     int T, E, N, cw, nblk;
 } Bwd;
 
+/* VL lanes of partial sums for the per-row dots over channels (one AVX-512 vector): the loop
+ * runs in chunks of VL channels with a fixed-length inner loop, which gcc turns into vector code. */
+#define VL 16
+
 /* Per-thread backward workspace, block width cw: Hs, As (T, N, cw); carry, At, dAc (N, cw);
- * zero, u, gs, gdt, dDc (cw). */
+ * zero, u, gs, gdt, dDc (cw); lB, lC (N, VL) and tB, tC (N), a token's channel-sum partials. */
 static size_t bwd_ws_floats(int T, int N, int cw) {
-    return (2 * (size_t)T * N + 3 * (size_t)N + 5) * cw;
+    return (2 * (size_t)T * N + 3 * (size_t)N + 5) * cw + 2 * (size_t)N * (VL + 1);
 }
 
 /* a = exp(dt A_j), H_t = a H_{t-1} + (dt x) B_j; H_{t-1} = a zero row at t = 0 */
@@ -178,9 +182,6 @@ static void recompute_row(float *restrict hc, float *restrict ac, const float *r
     }
 }
 
-/* VL lanes of partial sums for the per-row dots over channels (one AVX-512 vector): the loop
- * runs in chunks of VL channels with a fixed-length inner loop, which gcc turns into vector code. */
-#define VL 16
 
 /* acc[0] + ... + acc[VL-1] as a pairwise tree: a fixed order (clobbers acc). */
 static inline float tree_sum(float *acc) {
@@ -194,13 +195,14 @@ static inline float tree_sum(float *acc) {
 /* One state row j of the reverse step, over the block's channels:
  *   G = dy C_j + carry;  gs += G B_j;  gdt += G (B_j x + A_j a H_{t-1});  dA_j += G dt a H_{t-1};
  *   carry = a G (the a_{t+1} G_{t+1} of the next, earlier step);
- * and the two channel sums *sB = sum_c G (dt x), *sC = sum_c dy H_t, fused into the same pass with
- * VL-lane partials (the order depends on cw only). */
+ * and the two channel sums sum_c G (dt x), sum_c dy H_t, fused into the same pass: their VL-lane
+ * partials go to lB, lC and the channels past the last whole chunk to *tB, *tC (row_sums adds
+ * them up for all rows of the token; the order depends on cw only). */
 static void reverse_row(float *restrict cr, float *restrict da, float *restrict gs, float *restrict gdt,
                         const float *restrict go, const float *restrict hc, const float *restrict hp,
                         const float *restrict ac, const float *restrict aj, const float *restrict xt,
-                        const float *restrict dtt, const float *restrict u, float bj, float cj, float *sB,
-                        float *sC, int cw) {
+                        const float *restrict dtt, const float *restrict u, float bj, float cj,
+                        float *restrict lB, float *restrict lC, float *tB_out, float *tC_out, int cw) {
     float accB[VL], accC[VL];
     for (int l = 0; l < VL; l++) accB[l] = accC[l] = 0.f;
     int c0 = 0;
@@ -227,8 +229,34 @@ static void reverse_row(float *restrict cr, float *restrict da, float *restrict 
         tB += G * u[c];
         tC += go[c] * hc[c];
     }
-    *sB = tB + tree_sum(accB);
-    *sC = tC + tree_sum(accC);
+    memcpy(lB, accB, sizeof accB);
+    memcpy(lC, accC, sizeof accC);
+    *tB_out = tB;
+    *tC_out = tC;
+}
+
+/* out[j] = tail[j] + the sum of lanes[j][0..VL) for j < N: KV_W rows at a time, each row's VL lanes
+ * folded to one vector ((lo + hi) halves) and the rows' lanes summed together (kv_sum_rows,
+ * cpu/vecw.h), where a tree per row was a quarter of the reverse step's instructions. */
+static void row_sums(float *restrict out, const float *restrict lanes, const float *restrict tail, int N) {
+    _Static_assert(VL % KV_W == 0, "a row's lanes fold into one vector");
+    for (int j0 = 0; j0 < N; j0 += KV_W) {
+        kv_f in[KV_W];
+        for (int k = 0; k < KV_W; k++) {
+            int j = j0 + kv_slot_row(k);
+            kv_f v = {0};
+            if (j < N) {
+                kv_f f[VL / KV_W];
+                for (int q = 0; q < VL / KV_W; q++) f[q] = kv_load(lanes + (size_t)j * VL + q * KV_W);
+                for (int w = VL / KV_W; w > 1; w /= 2) /* pairwise halves */
+                    for (int q = 0; q < w / 2; q++) f[q] = f[q] + f[q + w / 2];
+                v = f[0];
+            }
+            in[k] = v;
+        }
+        kv_f sum = kv_sum_rows(in);
+        for (int k = 0; k < KV_W && j0 + k < N; k++) out[j0 + k] = tail[j0 + k] + sum[k];
+    }
 }
 
 static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
@@ -236,7 +264,8 @@ static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
     const size_t NC = (size_t)N * cs;
     float *Hs = ws, *As = Hs + (size_t)T * NC, *carry = As + (size_t)T * NC, *At = carry + NC;
     float *dAc = At + NC, *zero = dAc + NC, *u = zero + cs, *gs = u + cs, *gdt = gs + cs;
-    float *dDc = gdt + cs;
+    float *dDc = gdt + cs, *lB = dDc + cs, *lC = lB + (size_t)N * VL, *tB = lC + (size_t)N * VL;
+    float *tC = tB + N;
     load_At(At, v->A, i0, cw, cs, N);
     memset(zero, 0, sizeof(float) * (size_t)cs);
 
@@ -271,12 +300,11 @@ static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
             const float *hc = Hs + (size_t)t * NC + (size_t)j * cs;
             const float *hp = t ? Hs + (size_t)(t - 1) * NC + (size_t)j * cs : zero;
             const float *ac = As + (size_t)t * NC + (size_t)j * cs, *aj = At + (size_t)j * cs;
-            float sB, sC;
             reverse_row(carry + (size_t)j * cs, dAc + (size_t)j * cs, gs, gdt, go, hc, hp, ac, aj, xt, dtt, u,
-                        bm[j], cm[j], &sB, &sC, cw);
-            if (pB) pB[j] = sB;
-            if (pC) pC[j] = sC;
+                        bm[j], cm[j], lB + (size_t)j * VL, lC + (size_t)j * VL, tB + j, tC + j, cw);
         }
+        if (pB) row_sums(pB, lB, tB, N);
+        if (pC) row_sums(pC, lC, tC, N);
         if (v->dx) {
             float *dx = v->dx + r;
             if (v->D)
