@@ -20,8 +20,8 @@
  * Threads (deterministic at any count): the forward runs one (b, h) per item; the backward one
  * sequence b per item with its heads in order, so dBm, dCm (sums over heads) are accumulated by one
  * thread in head order; dA, dD partials per (b, h) are summed over b in a fixed order at the end.
- * Scratch (kscratch.h, persistent): per thread P N + Q floats in the forward, (Q + 3) P N + Q in
- * the backward, plus 2 B H doubles.
+ * Scratch (kscratch.h, persistent): per thread P N + Q (N + 1) floats in the forward, (Q + 3) P N
+ * + Q in the backward, plus 2 B H doubles.
  * Out of scope: large states (the chunked form is faster there: its products run near FMA peak),
  * rows that are not whole vectors (P, N multiples of KV_W; kssd_use_scan says no otherwise).
  */
@@ -78,24 +78,36 @@ static void decays(float *at, const BhIn *v, int t0, int L) {
     for (int i = 0; i < L; i++) at[i] = vexp(v->dt[(size_t)(t0 + i) * v->H] * v->A);
 }
 
+/* bq[i N + n] = dt_{t0+i} B_{t0+i}[n], i < L: the forward's input weights of a chunk, one pass, so
+ * that the token loop broadcasts each from memory into its FMA instead of forming it (a scalar
+ * multiply and a broadcast per state vector). The same products, so the same bits. */
+static void input_weights(float *bq, const BhIn *v, int t0, int L) {
+    const int N = v->N;
+    for (int i = 0; i < L; i++) {
+        float d = v->dt[(size_t)(t0 + i) * v->H];
+        const float *b = v->Bm + (size_t)(t0 + i) * N;
+        for (int n = 0; n < N; n++) bq[(size_t)i * N + n] = d * b[n];
+    }
+}
+
 /* Tokens [t0, t1) of one (b, h); ST:(N, P/KV_W) vectors, the running state transposed; at:(t1-t0)
- * the decays. always_inline so that the call with constant P, N (fwd_run_any) gets fully
+ * the decays, bq:(t1-t0, N) the input weights. always_inline so that the call with constant P, N (fwd_run_any) gets fully
  * unrolled code. */
 static inline __attribute__((always_inline)) void fwd_run(float *y, kv_f *ST, const float *at,
-                                                          const BhIn *v, int t0, int t1,
-                                                          const int P, const int N) {
+                                                          const float *bq, const BhIn *v, int t0,
+                                                          int t1, const int P, const int N) {
     const size_t ld = (size_t)v->H * P;
     const int NP = P / KV_W;
     kv_f st[MAXV]; /* a local copy: no store through y can alias it, so it can live in registers */
     memcpy(st, ST, sizeof(kv_f) * N * NP);
     for (int t = t0; t < t1; t++) {
-        const float *xt = v->x + t * ld, *bt = v->Bm + (size_t)t * N, *ct = v->Cm + (size_t)t * N;
-        float dtt = v->dt[(size_t)t * v->H], a = at[t - t0];
+        const float *xt = v->x + t * ld, *bw = bq + (size_t)(t - t0) * N, *ct = v->Cm + (size_t)t * N;
+        float a = at[t - t0];
         for (int j = 0; j < NP; j++) {
             kv_f x = kv_load(xt + j * KV_W), y0 = {0}, y1 = {0};
             for (int n = 0; n < N; n += 2) { /* S^T[n] = a S^T[n] + (dt B[n]) x; y += C[n] S^T[n] */
-                kv_f s0 = a * st[n * NP + j] + (dtt * bt[n]) * x;
-                kv_f s1 = a * st[(n + 1) * NP + j] + (dtt * bt[n + 1]) * x;
+                kv_f s0 = a * st[n * NP + j] + bw[n] * x;
+                kv_f s1 = a * st[(n + 1) * NP + j] + bw[n + 1] * x;
                 st[n * NP + j] = s0;
                 st[(n + 1) * NP + j] = s1;
                 y0 += ct[n] * s0; /* two interleaved chains (N is even) */
@@ -114,8 +126,9 @@ static inline __attribute__((always_inline)) void fwd_run(float *y, kv_f *ST, co
  * the groups' partial sums in memory: y = D x + (((y_0) + y_1) + ...), groups in order. */
 #define NG 8
 static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, kv_f *ST, const float *at,
-                                                                  const BhIn *v, int t0, int t1,
-                                                                  const int P, const int N) {
+                                                                  const float *bq, const BhIn *v,
+                                                                  int t0, int t1, const int P,
+                                                                  const int N) {
     const size_t ld = (size_t)v->H * P;
     const int NP = P / KV_W;
     for (int j = 0; j < NP; j++)
@@ -123,12 +136,12 @@ static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, kv_f
             kv_f st[NG];
             for (int k = 0; k < NG; k++) st[k] = ST[(g + k) * NP + j];
             for (int t = t0; t < t1; t++) {
-                const float *bt = v->Bm + (size_t)t * N + g, *ct = v->Cm + (size_t)t * N + g;
-                float dtt = v->dt[(size_t)t * v->H], a = at[t - t0], *yt = y + t * ld + j * KV_W;
+                const float *bw = bq + (size_t)(t - t0) * N + g, *ct = v->Cm + (size_t)t * N + g;
+                float a = at[t - t0], *yt = y + t * ld + j * KV_W;
                 kv_f x = kv_load(v->x + t * ld + j * KV_W), y0 = {0}, y1 = {0};
                 for (int k = 0; k < NG; k += 2) {
-                    kv_f s0 = a * st[k] + (dtt * bt[k]) * x;
-                    kv_f s1 = a * st[k + 1] + (dtt * bt[k + 1]) * x;
+                    kv_f s0 = a * st[k] + bw[k] * x;
+                    kv_f s1 = a * st[k + 1] + bw[k + 1] * x;
                     st[k] = s0;
                     st[k + 1] = s1;
                     y0 += ct[k] * s0;
@@ -145,31 +158,35 @@ static inline __attribute__((always_inline)) void fwd_run_grouped(float *y, kv_f
 #endif
 
 /* Generic and specialised copies of fwd_run (P, N compile-time constants in the latter). */
-static void fwd_run_any(float *y, kv_f *ST, const float *at, const BhIn *v, int t0, int t1) {
+static void fwd_run_any(float *y, kv_f *ST, const float *at, const float *bq, const BhIn *v, int t0,
+                        int t1) {
 #if KV_W < 16
     if (v->N % NG == 0) {
-        if (v->P == 16 && v->N == 16) fwd_run_grouped(y, ST, at, v, t0, t1, 16, 16);
-        else fwd_run_grouped(y, ST, at, v, t0, t1, v->P, v->N);
+        if (v->P == 16 && v->N == 16) fwd_run_grouped(y, ST, at, bq, v, t0, t1, 16, 16);
+        else fwd_run_grouped(y, ST, at, bq, v, t0, t1, v->P, v->N);
         return;
     }
 #endif
-    if (v->P == 16 && v->N == 16) fwd_run(y, ST, at, v, t0, t1, 16, 16);
-    else fwd_run(y, ST, at, v, t0, t1, v->P, v->N);
+    if (v->P == 16 && v->N == 16) fwd_run(y, ST, at, bq, v, t0, t1, 16, 16);
+    else fwd_run(y, ST, at, bq, v, t0, t1, v->P, v->N);
 }
 
-/* One (b, h): saved_bh:(nch, P, N)|NULL, hT:(P, N)|NULL, h0:(P, N)|NULL; ws: P N + Q floats. */
+/* One (b, h): saved_bh:(nch, P, N)|NULL, hT:(P, N)|NULL, h0:(P, N)|NULL; ws: P N + Q (N + 1)
+ * floats. */
 static void fwd_bh(float *y, float *saved_bh, float *hT, const float *h0, float *ws, const BhIn *v) {
     int P = v->P, N = v->N;
     size_t PN = (size_t)P * N;
-    float *ST = ws, *at = ws + PN; /* (N, P) running state (ws 64-byte aligned, P a multiple of
-                                    * KV_W), (Q) decays of a chunk */
+    float *ST = ws, *at = ws + PN, *bq = at + Q; /* (N, P) running state (ws 64-byte aligned, P a
+                                                  * multiple of KV_W), (Q) decays and (Q, N)
+                                                  * input weights of a chunk */
     if (h0) transpose(ST, h0, P, N);
     else memset(ST, 0, sizeof(float) * PN);
     for (int t0 = 0; t0 < v->T; t0 += Q) {
         int t1 = imin(v->T, t0 + Q);
         if (saved_bh) transpose(saved_bh + (size_t)(t0 / Q) * PN, ST, N, P);
         decays(at, v, t0, t1 - t0);
-        fwd_run_any(y, (kv_f *)(void *)ST, at, v, t0, t1);
+        input_weights(bq, v, t0, t1 - t0);
+        fwd_run_any(y, (kv_f *)(void *)ST, at, bq, v, t0, t1);
     }
     if (hT) transpose(hT, ST, N, P);
 }
@@ -180,7 +197,8 @@ void kssd_scan_fwd(float *y, float *saved, float *hT, const float *x, const floa
     CHECK(B >= 0 && T >= 0 && H > 0 && P > 0 && N > 0, "ssd: bad dims B=%d T=%d H=%d P=%d N=%d",
           B, T, H, P, N);
     CHECK(kssd_use_scan(P, N), "ssd scan: P=%d N=%d not supported (use the chunked form)", P, N);
-    size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q, wsz = (PN + Q + 15) / 16 * 16;
+    size_t PN = (size_t)P * N, nch = (size_t)(T + Q - 1) / Q;
+    size_t wsz = (PN + Q * ((size_t)N + 1) + 15) / 16 * 16;
     float *wsbuf = kscratch_floats(KS_SSD_WS, wsz * kt_max_threads());
     KT_FOR(kt_team((double)B * T * H * PN * KT_NS_SCAN, (long)B * H),
     for (int i = 0; i < B * H; i++) {
