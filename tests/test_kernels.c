@@ -365,8 +365,11 @@ static void test_norm_case(int M, int C, int gated) {
 }
 
 static void test_norms(void) {
-    static const int shapes[][2] = {{1, 1}, {3, 17}, {9, 65}, {7, 300}, {2, 1000}};
-    for (int s = 0; s < 5; s++)
+    /* rows of whole vectors (C a multiple of 16, 8 or 4) go in groups of a vector's width: full
+     * and partial groups */
+    static const int shapes[][2] = {{1, 1}, {3, 17}, {9, 65}, {7, 300}, {2, 1000},
+                                    {37, 64}, {19, 128}, {5, 32}, {16, 48}, {33, 16}, {3, 256}};
+    for (int s = 0; s < 11; s++)
         for (int gated = 0; gated < 2; gated++) test_norm_case(shapes[s][0], shapes[s][1], gated);
     /* RMSNorm(0) = 0 exactly (the implicit model starts from z = 0) */
     float x[8] = {0}, w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
