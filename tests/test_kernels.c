@@ -431,8 +431,10 @@ static void test_layernorm_case(int M, int C) {
 }
 
 static void test_layernorm(void) {
-    static const int shapes[][2] = {{1, 1}, {2, 3}, {3, 17}, {7, 65}, {9, 300}, {2, 1000}};
-    for (int s = 0; s < 6; s++) test_layernorm_case(shapes[s][0], shapes[s][1]);
+    /* with rows of whole vectors up to 128 columns, full and partial groups of rows */
+    static const int shapes[][2] = {{1, 1}, {2, 3}, {3, 17}, {7, 65}, {9, 300}, {2, 1000},
+                                    {37, 64}, {19, 128}, {5, 32}, {33, 16}, {3, 256}};
+    for (int s = 0; s < 11; s++) test_layernorm_case(shapes[s][0], shapes[s][1]);
 }
 
 /* ---- k_foreach -------------------------------------------------------------------------------- */

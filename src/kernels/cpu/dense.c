@@ -301,10 +301,71 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
 /* Rows split over threads. The row statistics are lane-parallel float sums (vmath.h: the
  * reference's left-to-right double sums are a chain of dependent adds, several times slower
  * than the rest of the row at C 128-512); the mean first, then the squared deviations from it
- * (two passes: no cancellation when |mean| >> spread). The parameter gradients split over
+ * (two passes: no cancellation when |mean| >> spread). Rows of whole vectors up to 128 columns go
+ * KV_W at a time with both sums summed together across the rows (cpu/vecw.h; the kernel alone,
+ * Zen 4, one thread, AVX-512, M 8192: 285 -> 138 us at C 64, 400 -> 225 at C 128). The parameter gradients split over
  * columns, each summed over rows in order, as the reference. */
+/* Lanes of one row's sum (m unused) or sum of squared deviations from m, two vector chains. */
+static inline __attribute__((always_inline)) kv_f row_lanes(const float *row, float m, int dev, int C) {
+    kv_f a0 = {0}, a1 = {0};
+    int c = 0;
+    for (; c + 2 * KV_W <= C; c += 2 * KV_W) {
+        kv_f p = kv_load(row + c), q = kv_load(row + c + KV_W);
+        if (dev) {
+            p -= m;
+            q -= m;
+            a0 += p * p;
+            a1 += q * q;
+        } else {
+            a0 += p;
+            a1 += q;
+        }
+    }
+    if (c < C) {
+        kv_f p = kv_load(row + c);
+        if (dev) {
+            p -= m;
+            a0 += p * p;
+        } else {
+            a0 += p;
+        }
+    }
+    return a0 + a1;
+}
+
 void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
                      int M, int C, float eps) {
+    if (C % KV_W == 0 && C <= 128) {
+        /* KV_W rows at a time, as k_rmsnorm_fwd: the means, then the deviations' sums, each the
+         * rows' lanes summed together (measured with rmsnorm_fwd; the two row sums of a row at a
+         * time were the same chain, twice) */
+        const int ng = (M + KV_W - 1) / KV_W;
+        KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, ng),
+        for (int g = 0; g < ng; g++) {
+            int i0 = g * KV_W, nr = M - i0 < KV_W ? M - i0 : KV_W;
+            const float *xg = x + (size_t)i0 * C;
+            kv_f acc[KV_W], z = {0};
+            for (int j = 0; j < KV_W; j++) {
+                int k = kv_slot_row(j);
+                acc[j] = k < nr ? row_lanes(xg + (size_t)k * C, 0.0f, 0, C) : z;
+            }
+            kv_f m = kv_sum_rows(acc) / (float)C;
+            for (int j = 0; j < KV_W; j++) {
+                int k = kv_slot_row(j);
+                acc[j] = k < nr ? row_lanes(xg + (size_t)k * C, m[k], 1, C) : z;
+            }
+            kv_f v = kv_sum_rows(acc) / (float)C + eps, r;
+            for (int l = 0; l < KV_W; l++) r[l] = 1.0f / sqrtf(v[l]);
+            for (int k = 0; k < nr; k++) {
+                const float *xi = xg + (size_t)k * C;
+                float *yi = y + (size_t)(i0 + k) * C, mk = m[k], rk = r[k];
+                for (int c = 0; c < C; c++) yi[c] = (xi[c] - mk) * rk * w[c] + b[c];
+                if (mean) mean[i0 + k] = mk;
+                if (rstd) rstd[i0 + k] = rk;
+            }
+        });
+        return;
+    }
     KT_FOR(ROW_TEAM(M, C),
     for (int i = 0; i < M; i++) {
         const float *xi = x + (size_t)i * C;
