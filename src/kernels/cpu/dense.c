@@ -337,8 +337,8 @@ void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const f
                      int M, int C, float eps) {
     if (C % KV_W == 0 && C <= 128) {
         /* KV_W rows at a time, as k_rmsnorm_fwd: the means, then the deviations' sums, each the
-         * rows' lanes summed together (measured with rmsnorm_fwd; the two row sums of a row at a
-         * time were the same chain, twice) */
+         * rows' lanes summed together (a row at a time, each sum ended in the chain rmsnorm_fwd
+         * had once) */
         const int ng = (M + KV_W - 1) / KV_W;
         KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, ng),
         for (int g = 0; g < ng; g++) {
