@@ -12,6 +12,7 @@
 
 #include "../src/kernels/cpu/seq_mm.h"
 #include "../src/kernels/cpu/ssd_paths.h"
+#include "../src/kernels/cpu/vecw.h"
 #include "../src/kernels/kernels.h"
 #include "th.h"
 
@@ -393,6 +394,37 @@ static void test_seq_dot_halves(Rng *r) {
     TH_CHECK(bad == 0, "kseq_dot_fold + kseq_dot_finish differ from kseq_dot in %d rows", bad);
 }
 
+/* kv_sum_rows (cpu/vecw.h: the steps' and norms' sums of KV_W rows at once) against its
+ * row-by-row form bit for bit, and against a double sum: a row's KV_W lanes go through log2 KV_W
+ * float additions, so the error is below log2(KV_W) u sum |x|, u = 2^-24. Rows of mixed magnitude,
+ * signed zeros and one all-zero row. */
+static void test_sum_rows(Rng *r) {
+    int bad_bits = 0, bad_err = 0, levels = 0;
+    double worst = 0;
+    for (int w = KV_W; w > 1; w /= 2) levels++;
+    for (int rep = 0; rep < 200; rep++) {
+        float v[KV_W][KV_W];
+        for (int j = 0; j < KV_W; j++)
+            for (int l = 0; l < KV_W; l++)
+                v[j][l] = rep % 7 == 0 && j == 3 ? -0.0f : rng_normal(r) * (l % 3 ? 1.0f : 1e4f);
+        kv_f in[KV_W], in2[KV_W];
+        for (int j = 0; j < KV_W; j++) memcpy(&in[j], v[j], sizeof in[j]), in2[j] = in[j];
+        kv_f got = kv_sum_rows(in), want = kv_sum_rows_generic(in2);
+        bad_bits += memcmp(&got, &want, sizeof got) != 0;
+        for (int k = 0; k < KV_W; k++) { /* lane k: the row in slot kv_slot_row(k) */
+            const float *row = v[kv_slot_row(k)];
+            double exact = 0, mag = 0;
+            for (int l = 0; l < KV_W; l++) exact += row[l], mag += fabs(row[l]);
+            double err = fabs((double)got[k] - exact), bound = levels * mag * 0x1p-24 + 1e-300;
+            if (err > bound) bad_err++;
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    }
+    TH_CHECK(bad_bits == 0, "kv_sum_rows differs from kv_sum_rows_generic in %d of 200 groups", bad_bits);
+    TH_CHECK(bad_err == 0, "kv_sum_rows: %d sums beyond the error bound", bad_err);
+    printf("  kv_sum_rows (%d lanes): worst error %.2g x sum|x|\n", KV_W, worst);
+}
+
 /* ssd_step applied T times equals ssd_fwd (both the fast and the reference pair). */
 static void test_ssd_step(int B, int T, int H, int P, int N, Rng *r) {
     char shape[64];
@@ -771,6 +803,7 @@ int main(void) {
     test_ssd_step(2, 9, 2, 16, 8, &r);
     test_seq_dot(&r);
     test_seq_dot_halves(&r);
+    test_sum_rows(&r);
 
     test_rope(2, 5, 3, 8, 0, &r);
     test_rope(1, 7, 2, 6, 1000, &r);

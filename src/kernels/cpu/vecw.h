@@ -37,11 +37,29 @@ static inline int kv_slot_row(int j) {
     return r;
 }
 
+/* Each row's lanes folded by halves, (x[l] + x[l + KV_W/2]), then again down to one lane: the
+ * order kv_sum_rows adds in, row by row (the reference for it, and what compilers without gcc's
+ * __builtin_shuffle run). */
+static inline kv_f kv_sum_rows_generic(const kv_f *in) {
+    kv_f out;
+    for (int k = 0; k < KV_W; k++) {
+        kv_f v = in[kv_slot_row(k)]; /* bit reversal is its own inverse */
+        for (int h = KV_W / 2; h >= 1; h /= 2)
+            for (int l = 0; l < h; l++) v[l] = v[l] + v[l + h];
+        out[k] = v[0];
+    }
+    return out;
+}
+
 /* Level with blocks of s lanes (s = KV_W/2 .. 1): (u, v) -> u's and v's blocks of 2s lanes, each
  * folded to s lanes (low half + high half) and interleaved u, v; lane k of the level's result is
- * lanes lo[k] + hi[k] of (u, v) (indices >= KV_W: v's). The masks are tables, not computed: gcc
- * built masks computed in a loop at run time (the SSD step ran 2x slower). in is overwritten. */
+ * lanes lo[k] + hi[k] of (u, v) (indices >= KV_W: v's). The same additions as
+ * kv_sum_rows_generic, so the same bits. The masks are tables, not computed: gcc built masks
+ * computed in a loop at run time (the SSD step ran 2x slower). in is overwritten. */
 static inline __attribute__((always_inline)) kv_f kv_sum_rows(kv_f *in) {
+#if !defined(__GNUC__) || defined(__clang__)
+    return kv_sum_rows_generic(in);
+#else
 #if KV_W == 16
     static const int mask[4][2][16] = {
         {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
@@ -77,6 +95,7 @@ static inline __attribute__((always_inline)) kv_f kv_sum_rows(kv_f *in) {
                     __builtin_shuffle(in[2 * i], in[2 * i + 1], hi);
     }
     return in[0];
+#endif
 }
 
 #endif
