@@ -323,13 +323,15 @@ static void bench_step(Rng *r) {
         free(c.y), free(c.S), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
     }
     static const int s6_shapes[][3] = {{1, 256, 16}, {1, 1024, 16}, {64, 128, 16}};
-    printf("\nOne-token S6 (Mamba-1) step, 1 thread (state committed in place; GB/s of state read + written)\n");
+    printf("\nOne-token S6 (Mamba-1) step, 1 thread (state committed in place; GB/s of state read + "
+           "written)\n");
     printf("  %-22s %9s %9s %8s\n", "B E N", "us", "ns/elem", "GB/s");
     for (size_t k = 0; k < sizeof s6_shapes / sizeof s6_shapes[0]; k++) {
         int B = s6_shapes[k][0], E = s6_shapes[k][1], N = s6_shapes[k][2];
         size_t ns = (size_t)B * E * N, nx = (size_t)B * E;
         S6StepCase c = {B, E, N, calloc(nx, 4), randn(ns, r), randn(nx, r), randn(nx, r),
-                        randn((size_t)E * N, r), randn((size_t)B * N, r), randn((size_t)B * N, r), randn(E, r)};
+                        randn((size_t)E * N, r), randn((size_t)B * N, r), randn((size_t)B * N, r),
+                        randn(E, r)};
         for (size_t i = 0; i < nx; i++) c.dt[i] = 0.01f + 0.1f * fabsf(c.dt[i]);
         for (size_t i = 0; i < (size_t)E * N; i++) c.A[i] = -1.0f - fabsf(c.A[i]);
         double t = best_time(run_s6_step, &c);

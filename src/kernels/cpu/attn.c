@@ -286,9 +286,10 @@ static inline __attribute__((always_inline)) kv_f qk_lanes(const float *a, const
 }
 
 /* One (b, head) with HD a multiple of KV_W: the scores of KV_W keys at a time, their dots summed
- * together (kv_sum_rows, cpu/vecw.h) instead of one horizontal sum per key; the output in
- * registers, up to 4 vectors at a time, with two sets of partial sums (even and odd keys: the FMA
- * chain per key was the bound). key(s): row s of the cache, the new row at s = n_cached. */
+ * together (kv_sum_rows, cpu/vecw.h) instead of one horizontal sum per key; the output row in
+ * registers (below). key(s): row s of the cache, the new row at s = n_cached. Measured
+ * (`bench_kernels --only step`, one thread, 4 heads of 32, 128 keys): 3.46 -> 1.86 us with
+ * AVX-512, 3.23 -> 1.71 with AVX2, 6.69 -> 3.04 with SSE2. */
 static inline __attribute__((always_inline)) void step_head_vec(
     float *oh, float *sc, const float *qh, const float *kc, const float *k_new, const float *vc,
     const float *v_new, int n_cached, float scale, const int HD) {
@@ -351,7 +352,6 @@ static void step_head_any(float *oh, float *sc, const float *qh, const float *kc
     default: step_head_vec(oh, sc, qh, kc, k_new, vc, v_new, n_cached, scale, HD);
     }
 }
-
 
 void k_attn_step(float *o, const float *q, const float *k_new, const float *v_new,
                  const float *kcache, const float *vcache, int n_cached, int Tmax,

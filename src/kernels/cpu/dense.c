@@ -298,13 +298,6 @@ void k_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const
 
 /* ---- LayerNorm --------------------------------------------------------------------------------- */
 
-/* Rows split over threads. The row statistics are lane-parallel float sums (vmath.h: the
- * reference's left-to-right double sums are a chain of dependent adds, several times slower
- * than the rest of the row at C 128-512); the mean first, then the squared deviations from it
- * (two passes: no cancellation when |mean| >> spread). Rows of whole vectors up to 128 columns go
- * KV_W at a time with both sums summed together across the rows (cpu/vecw.h; the kernel alone,
- * Zen 4, one thread, AVX-512, M 8192: 285 -> 138 us at C 64, 400 -> 225 at C 128). The parameter gradients split over
- * columns, each summed over rows in order, as the reference. */
 /* Lanes of one row's sum (m unused) or sum of squared deviations from m, two vector chains. */
 static inline __attribute__((always_inline)) kv_f row_lanes(const float *row, float m, int dev, int C) {
     kv_f a0 = {0}, a1 = {0};
@@ -333,6 +326,13 @@ static inline __attribute__((always_inline)) kv_f row_lanes(const float *row, fl
     return a0 + a1;
 }
 
+/* Rows split over threads. The row statistics are lane-parallel float sums (vmath.h: the
+ * reference's left-to-right double sums are a chain of dependent adds, several times slower
+ * than the rest of the row at C 128-512); the mean first, then the squared deviations from it
+ * (two passes: no cancellation when |mean| >> spread). Rows of whole vectors up to 128 columns
+ * go KV_W at a time with both sums summed together across the rows (cpu/vecw.h; the kernel alone,
+ * Zen 4, one thread, AVX-512, M 8192: 285 -> 138 us at C 64, 400 -> 225 at C 128). The parameter
+ * gradients split over columns, each summed over rows in order, as the reference. */
 void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
                      int M, int C, float eps) {
     if (C % KV_W == 0 && C <= 128) {

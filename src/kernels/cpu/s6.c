@@ -15,9 +15,10 @@
  * over channels (dBm, dCm: per (t, j), 16-lane partials fused into the same pass, then the rows'
  * lanes summed together, cpu/vecw.h) and over sequences (dA, dD) are written as per-item partials
  * and reduced afterwards in a fixed order (blocks in order for dBm, dCm; sequences in order, in
- * double, for dA, dD), so the result never depends on the thread count. The block width cw depends only on (T, N) (64, down
- * to 16 when the per-thread buffer would pass 512 KB). The inner loops take restrict pointers:
- * gcc leaves them scalar otherwise (too many arrays for its alias checks), which cost 2x.
+ * double, for dA, dD), so the result never depends on the thread count. The block width cw
+ * depends only on (T, N) (64, down to 16 when the per-thread buffer would pass 512 KB). The inner
+ * loops take restrict pointers: gcc leaves them scalar otherwise (too many arrays for its alias
+ * checks), which cost 2x.
  * Measured (1 thread, AVX-512, B 64, T 17, E 1024, N 16): fwd ~9 ms, bwd ~25 ms; the reference
  * takes ~65 and ~205 ms.
  *
@@ -182,7 +183,6 @@ static void recompute_row(float *restrict hc, float *restrict ac, const float *r
     }
 }
 
-
 /* acc[0] + ... + acc[VL-1] as a pairwise tree: a fixed order (clobbers acc). */
 static inline float tree_sum(float *acc) {
     _Static_assert(VL == 16, "tree_sum adds 16 lanes"); /* halves spelled out, as lanes_total */
@@ -237,7 +237,8 @@ static void reverse_row(float *restrict cr, float *restrict da, float *restrict 
 
 /* out[j] = tail[j] + the sum of lanes[j][0..VL) for j < N: KV_W rows at a time, each row's VL lanes
  * folded to one vector ((lo + hi) halves) and the rows' lanes summed together (kv_sum_rows,
- * cpu/vecw.h), where a tree per row was a quarter of the reverse step's instructions. */
+ * cpu/vecw.h), ~3 operations per row where a tree per row took ~8 (`k_s6_bwd` alone, B 64, T 17,
+ * E 128, N 16, AVX-512: 2,348-2,401 -> 2,211-2,286 us; level with AVX2 and SSE2). */
 static void row_sums(float *restrict out, const float *restrict lanes, const float *restrict tail, int N) {
     _Static_assert(VL % KV_W == 0, "a row's lanes fold into one vector");
     for (int j0 = 0; j0 < N; j0 += KV_W) {
@@ -427,11 +428,12 @@ static void step_4channels(float *y4, float *ho, const float *hi,
 
 #define STEP_GROUP_N 32 /* the largest N of the grouped step */
 
-/* KV_W channels at once when N is whole vectors (cpu/vecw.h) and at most STEP_GROUP_N: each channel's new state and the
- * lanes of its readout, then the KV_W readouts summed together (kv_sum_rows) instead of a 16-lane
- * tree per channel, whose shuffles were most of the step's instructions; the channels' exp chains
- * are independent, so the unrolled group keeps the FMA units busy as step_4channels does. ho may
- * equal hi: every state is read before it is written. */
+/* KV_W channels at once when N is whole vectors (cpu/vecw.h) and at most STEP_GROUP_N: each
+ * channel's new state and the lanes of its readout, then the KV_W readouts summed together
+ * (kv_sum_rows) instead of a 16-lane tree per channel, whose shuffles were 64 of the 264
+ * instructions of step_4channels (perf annotate); the channels' exp chains are independent, so the
+ * unrolled group keeps the FMA units busy as step_4channels does. ho may equal hi: every state is
+ * read before it is written. */
 static inline __attribute__((always_inline)) void step_group(
     float *yg, float *ho, const float *hi, const float *restrict Ag, const float *restrict bm,
     const float *restrict cm, const float *restrict dg, const float *restrict xg,
