@@ -42,8 +42,8 @@
 static int imin(int a, int b) { return a < b ? a : b; }
 
 /* Vectors of KV_W floats (cpu/vecw.h): state rows along P or N are whole vectors, so every update
- * is a vector FMA, and for P = N = 16 the compiler keeps the states in registers. */
-/* Vectors in the largest state the scan takes (kssd_use_scan: P N <= 256). */
+ * is a vector FMA, and for P = N = 16 the compiler keeps the states in registers. MAXV: vectors in
+ * the largest state the scan takes (kssd_use_scan: P N <= 256). */
 #define MAXV (256 / KV_W)
 /* Lane sum in a fixed order (the same on every thread). */
 static inline float vsum(kv_f v) {
@@ -91,8 +91,8 @@ static void input_weights(float *bq, const BhIn *v, int t0, int L) {
 }
 
 /* Tokens [t0, t1) of one (b, h); ST:(N, P/KV_W) vectors, the running state transposed; at:(t1-t0)
- * the decays, bq:(t1-t0, N) the input weights. always_inline so that the call with constant P, N (fwd_run_any) gets fully
- * unrolled code. */
+ * the decays, bq:(t1-t0, N) the input weights. always_inline so that the call with constant P, N
+ * (fwd_run_any) gets fully unrolled code. */
 static inline __attribute__((always_inline)) void fwd_run(float *y, kv_f *ST, const float *at,
                                                           const float *bq, const BhIn *v, int t0,
                                                           int t1, const int P, const int N) {
