@@ -297,16 +297,14 @@ static void run_attn_step(void *p) {
 }
 
 /* k_ssd_step at the shapes of sequential generation (the state committed in place, as the last
- * call of a token does), one thread: us per call and GB/s of state (read and written once); then
- * k_s6_step the same way, and k_attn_step with n cached rows per head. */
-static void bench_step(Rng *r) {
+ * call of a token does), one thread: us per call and GB/s of state (read and written once). */
+static void bench_ssd_step(Rng *r) {
     static const int shapes[][4] = {
         {1, 8, 16, 16},   /* imp_gen_b1: the small implicit Mamba2 */
         {32, 8, 16, 16},  /* imp_gen_b32 */
         {1, 16, 32, 16},  /* lm_mamba2 / lm_imp_mamba2 (d_inner 512, headdim 32) */
         {1, 16, 64, 128}, /* the large implicit Mamba2 (E 1024, N 128, P 64) */
     };
-    k_set_threads(1);
     printf("\nOne-token SSD step, 1 thread (state committed in place; GB/s of state read + written)\n");
     printf("  %-22s %9s %9s %8s\n", "B H P N", "us", "ns/elem", "GB/s");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
@@ -322,6 +320,10 @@ static void bench_step(Rng *r) {
                8.0 * (double)ns / t / 1e9);
         free(c.y), free(c.S), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
     }
+}
+
+/* k_s6_step the same way (Mamba-1 and FP-Mamba generation). */
+static void bench_s6_step(Rng *r) {
     static const int s6_shapes[][3] = {{1, 256, 16}, {1, 1024, 16}, {64, 128, 16}};
     printf("\nOne-token S6 (Mamba-1) step, 1 thread (state committed in place; GB/s of state read + "
            "written)\n");
@@ -339,6 +341,10 @@ static void bench_step(Rng *r) {
                8.0 * (double)ns / t / 1e9);
         free(c.y), free(c.h), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D);
     }
+}
+
+/* k_attn_step with n cached rows per head, one thread: us per call and GB/s of K and V read. */
+static void bench_attn_step(Rng *r) {
     static const int attn_shapes[][4] = {
         {1, 4, 32, 128},  /* lm_llama: 4 heads of 32, half of its 256 generated tokens cached */
         {1, 6, 48, 128},  /* stories15M's heads */
@@ -358,6 +364,13 @@ static void bench_step(Rng *r) {
                8.0 * keys * HD / t / 1e9);
         free(c.o), free(c.q), free(c.k), free(c.v), free(c.kc), free(c.vc);
     }
+}
+
+static void bench_step(Rng *r) {
+    k_set_threads(1);
+    bench_ssd_step(r);
+    bench_s6_step(r);
+    bench_attn_step(r);
 }
 
 /* ---- vmath.h array loops --------------------------------------------------------------------- */
