@@ -345,8 +345,8 @@ static void test_ssd_paths(Rng *r) {
  * not whole vectors) against a double sum, every length from 0 to 80 and a few long rows: each
  * product is rounded once and each sum goes through at most ceil(n / 16) + 4 float additions (16
  * lane sums, then the 4-level tree), so the error is below (ceil(n / 16) + 5) u sum |a_i b_i|,
- * u = 2^-24. Also: the same row at an offset in memory
- * gives the same bits (the lanes follow the index, not the alignment). */
+ * u = 2^-24. Also: the same row at an offset in memory gives the same bits (the lanes follow the
+ * index, not the alignment). */
 static void test_seq_dot(Rng *r) {
     enum { NMAX = 300 };
     float a[NMAX + 3], b[NMAX + 3];
@@ -397,7 +397,7 @@ static void test_seq_dot_halves(Rng *r) {
 /* kv_sum_rows (cpu/vecw.h: the steps' and norms' sums of KV_W rows at once) against its
  * row-by-row form bit for bit, and against a double sum: a row's KV_W lanes go through log2 KV_W
  * float additions, so the error is below log2(KV_W) u sum |x|, u = 2^-24. Rows of mixed magnitude,
- * signed zeros and one all-zero row. */
+ * and in every seventh group a row of -0. */
 static void test_sum_rows(Rng *r) {
     int bad_bits = 0, bad_err = 0, levels = 0;
     double worst = 0;
