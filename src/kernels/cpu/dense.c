@@ -25,6 +25,11 @@
 
 /* The team of a loop over M rows of C elements, and of an elementwise loop over n (threading.h). */
 #define ROW_TEAM(M, C) kt_team((double)(M) * (double)(C) * KT_NS_ROW_ELEM, (M))
+/* Rows in groups of KV_W (cpu/vecw.h; the norms' forwards): the number of groups, their team, and
+ * the rows in group g (KV_W but in the last). */
+#define ROW_GROUPS(M) (((M) + KV_W - 1) / KV_W)
+#define GROUP_TEAM(M, C) kt_team((double)(M) * (double)(C) * KT_NS_ROW_ELEM, ROW_GROUPS(M))
+static inline int group_rows(int M, int g) { return M - g * KV_W < KV_W ? M - g * KV_W : KV_W; }
 #define ELEM_TEAM(n) kt_team((double)(n) * KT_NS_ELEM, (long)(n))
 /* Column chunk when partial sums are combined: a stack accumulator of this many floats. */
 #define COLCHUNK 128
@@ -123,12 +128,14 @@ static inline __attribute__((always_inline)) kv_f rows_rstd(const float *v, int 
     return r;
 }
 
-/* y = v r w in place over a group of rows (v in y), rstd of the group. */
-static inline void rows_scale(float *y, float *rstd, kv_f r, const float *w, int nrows, int C) {
+/* y = v r w over a group of rows (y may be v), rstd of the group. */
+static inline void rows_scale(float *y, const float *v, float *rstd, kv_f r, const float *w, int nrows,
+                              int C) {
     for (int k = 0; k < nrows; k++) {
+        const float *vk = v + (size_t)k * C;
         float *yk = y + (size_t)k * C, rk = r[k];
         if (rstd) rstd[k] = rk;
-        for (int c = 0; c < C; c++) yk[c] = yk[c] * rk * w[c];
+        for (int c = 0; c < C; c++) yk[c] = vk[c] * rk * w[c];
     }
 }
 
@@ -136,19 +143,12 @@ void k_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int M,
     /* up to 128 columns: at 256 the rows alone were 5% faster with AVX-512 (level with AVX2),
      * the chain being short against the row then */
     if (C % KV_W == 0 && C <= 128) {
-        const int ng = (M + KV_W - 1) / KV_W;
-        KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, ng),
-        for (int g = 0; g < ng; g++) {
-            int i0 = g * KV_W, nr = M - i0 < KV_W ? M - i0 : KV_W;
-            const float *xg = x + (size_t)i0 * C;
-            float *yg = y + (size_t)i0 * C;
-            kv_f r = rows_rstd(xg, nr, C, eps); /* all rows read before any is written: y may be x */
-            for (int k = 0; k < nr; k++) {
-                const float *xk = xg + (size_t)k * C;
-                float *yk = yg + (size_t)k * C, rk = r[k];
-                if (rstd) rstd[i0 + k] = rk;
-                for (int c = 0; c < C; c++) yk[c] = xk[c] * rk * w[c];
-            }
+        KT_FOR(GROUP_TEAM(M, C),
+        for (int g = 0; g < ROW_GROUPS(M); g++) {
+            int i0 = g * KV_W, nr = group_rows(M, g);
+            size_t o = (size_t)i0 * C;
+            kv_f r = rows_rstd(x + o, nr, C, eps); /* all rows read before any is written: y may be x */
+            rows_scale(y + o, x + o, rstd ? rstd + i0 : NULL, r, w, nr, C);
         });
         return;
     }
@@ -215,13 +215,12 @@ void k_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const 
 void k_gated_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *z, const float *w,
                          int M, int C, float eps) {
     if (C % KV_W == 0) { /* KV_W rows at a time, as k_rmsnorm_fwd */
-        const int ng = (M + KV_W - 1) / KV_W;
-        KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, ng),
-        for (int g = 0; g < ng; g++) {
-            int i0 = g * KV_W, nr = M - i0 < KV_W ? M - i0 : KV_W;
+        KT_FOR(GROUP_TEAM(M, C),
+        for (int g = 0; g < ROW_GROUPS(M); g++) {
+            int i0 = g * KV_W, nr = group_rows(M, g);
             size_t o = (size_t)i0 * C, n = (size_t)nr * C;
             for (size_t c = 0; c < n; c++) y[o + c] = x[o + c] * vsilu(z[o + c]); /* y holds v */
-            rows_scale(y + o, rstd ? rstd + i0 : NULL, rows_rstd(y + o, nr, C, eps), w, nr, C);
+            rows_scale(y + o, y + o, rstd ? rstd + i0 : NULL, rows_rstd(y + o, nr, C, eps), w, nr, C);
         });
         return;
     }
@@ -339,10 +338,9 @@ void k_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const f
         /* KV_W rows at a time, as k_rmsnorm_fwd: the means, then the deviations' sums, each the
          * rows' lanes summed together (a row at a time, each sum ended in the chain rmsnorm_fwd
          * had once) */
-        const int ng = (M + KV_W - 1) / KV_W;
-        KT_FOR(kt_team((double)M * C * KT_NS_ROW_ELEM, ng),
-        for (int g = 0; g < ng; g++) {
-            int i0 = g * KV_W, nr = M - i0 < KV_W ? M - i0 : KV_W;
+        KT_FOR(GROUP_TEAM(M, C),
+        for (int g = 0; g < ROW_GROUPS(M); g++) {
+            int i0 = g * KV_W, nr = group_rows(M, g);
             const float *xg = x + (size_t)i0 * C;
             kv_f acc[KV_W], z = {0};
             for (int j = 0; j < KV_W; j++) {

@@ -25,8 +25,8 @@
  * Step: lanes along N (the state is (B,E,N) there); a work item is a sequence and 16 channels.
  * When N is whole vectors (<= 32) the channels go KV_W at a time and their readouts are summed
  * together (cpu/vecw.h; `bench_kernels --only step`, 1 thread, B 1, E 256, N 16: 2.53 -> 1.60 us
- * with AVX-512, 3.17 -> 2.00 with AVX2, level with SSE2); else a 16-lane dot per channel, four
- * channels at a time when N is 16 (four independent exp chains; 7.2-8.4 -> 2.8-2.9 us).
+ * with AVX-512, 3.17 -> 2.00 with AVX2, level with SSE2, against four channels at a time with a
+ * tree each); else, and for the channels past the last group, a 16-lane dot per channel.
  * Out of scope: an initial state for the full scan, gradients through the final state.
  */
 #include <math.h>
@@ -408,31 +408,13 @@ static inline float step_channel(float *ho, const float *hi, const float *restri
     return s + tree_sum(acc);
 }
 
-/* Four channels at once when N == SL (the common N 16): each channel's exp is a chain of ~15
- * dependent vector ops, and four independent chains in one loop body keep the FMA units busy
- * where one channel at a time waits on its own chain. Same operations per channel, same order.
- * ho may equal hi (no restrict on them): every state is read before any is written. */
-static void step_4channels(float *y4, float *ho, const float *hi,
-                           const float *restrict A4, const float *restrict bm, const float *restrict cm,
-                           const float *restrict d4, const float *x4) {
-    float hn[4][SL], acc[4][SL];
-    for (int k = 0; k < 4; k++) {
-        float d = d4[k], u = d * x4[k];
-        for (int l = 0; l < SL; l++) hn[k][l] = vexp(d * A4[k * SL + l]) * hi[k * SL + l] + u * bm[l];
-    }
-    for (int k = 0; k < 4; k++)
-        for (int l = 0; l < SL; l++) acc[k][l] = cm[l] * hn[k][l];
-    if (ho) memcpy(ho, hn, sizeof hn);
-    for (int k = 0; k < 4; k++) y4[k] = 0.f + tree_sum(acc[k]);
-}
-
 #define STEP_GROUP_N 32 /* the largest N of the grouped step */
 
 /* KV_W channels at once when N is whole vectors (cpu/vecw.h) and at most STEP_GROUP_N: each
  * channel's new state and the lanes of its readout, then the KV_W readouts summed together
  * (kv_sum_rows) instead of a 16-lane tree per channel, whose shuffles were 64 of the 264
- * instructions of step_4channels (perf annotate); the channels' exp chains are independent, so the
- * unrolled group keeps the FMA units busy as step_4channels does. ho may equal hi: every state is
+ * instructions of the four-channel form this replaces (perf annotate); the channels' exp chains
+ * are independent, so the unrolled group keeps the FMA units busy. ho may equal hi: every state is
  * read before it is written. */
 static inline __attribute__((always_inline)) void step_group(
     float *yg, float *ho, const float *hi, const float *restrict Ag, const float *restrict bm,
@@ -484,15 +466,7 @@ void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const 
                 step_group_any(y + r, h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm,
                                cm, dt + r, x + r, D ? D + i : NULL, N);
             }
-        if (N == SL)
-            for (; i + 4 <= c1; i += 4) {
-                size_t r = (size_t)b * E + i;
-                step_4channels(y + r, h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm, cm,
-                               dt + r, x + r);
-                if (D)
-                    for (int k = 0; k < 4; k++) y[r + k] += D[i + k] * x[r + k];
-            }
-        for (; i < c1; i++) {
+        for (; i < c1; i++) { /* the channels past the last group, and rows of other N */
             size_t r = (size_t)b * E + i;
             float d = dt[r];
             float s = step_channel(h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm, cm, d,
