@@ -43,13 +43,13 @@ static float exp_sum(float *x, int n, float scale, float m) {
     int i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int l = 0; l < LANES; l++) {
-            float e = vexp(x[i + l] * scale - m);
+            float e = vexp_nonpos(x[i + l] * scale - m);
             x[i + l] = e;
             acc[l] += e;
         }
     float s = 0.0f;
     for (; i < n; i++) {
-        x[i] = vexp(x[i] * scale - m);
+        x[i] = vexp_nonpos(x[i] * scale - m);
         s += x[i];
     }
     s += lanes_total(acc);
@@ -230,7 +230,7 @@ static void bwd_bh(Ws *w, float *dq, float *dk, float *dv, const float *dout, co
             float l = lrow[i0 + r];
             float Dr = kseq_dot(gblk + (size_t)r * d->rs, o + base + (size_t)(i0 + r) * d->rs, HD);
             for (int j = 0; j < n; j++) { /* P = exp(S scale - lse); dS, score scale folded in */
-                float pj = vexp(pr[j] * d->scale - l);
+                float pj = vexp_nonpos(pr[j] * d->scale - l);
                 pr[j] = pj;
                 gr[j] = pj * (gr[j] - Dr) * d->scale;
             }
@@ -385,7 +385,7 @@ void k_attn_step(float *o, const float *q, const float *k_new, const float *v_ne
         }
         float *oh = o + (size_t)i * HD;
         memset(oh, 0, sizeof(float) * HD);
-        for (int s = 0; s <= n_cached; s++) sc[s] = vexp(sc[s] - m); /* one vectorised pass */
+        for (int s = 0; s <= n_cached; s++) sc[s] = vexp_nonpos(sc[s] - m); /* one vectorised pass */
         for (int s = 0; s <= n_cached; s++) {
             const float *vs = s < n_cached ? vc + (size_t)s * HD : v_new + (size_t)i * HD;
             float p = sc[s];

@@ -444,7 +444,7 @@ void k_softmax(float *y, const float *x, int M, int C) {
         const float *xi = x + (size_t)i * C;
         float *yi = y + (size_t)i * C;
         float mx = max_lanes(xi, C);
-        for (int c = 0; c < C; c++) yi[c] = vexp(xi[c] - mx); /* elementwise: aliasing is safe */
+        for (int c = 0; c < C; c++) yi[c] = vexp_nonpos(xi[c] - mx); /* elementwise: aliasing is safe */
         float inv = 1.0f / sum_lanes(yi, C);
         for (int c = 0; c < C; c++) yi[c] *= inv;
     });
@@ -457,9 +457,9 @@ static float logsumexp(const float *l, int V) {
     for (int k = 0; k < LANES; k++) acc[k] = 0.0f;
     int j = 0;
     for (; j + LANES <= V; j += LANES)
-        for (int k = 0; k < LANES; k++) acc[k] += vexp(l[j + k] - mx);
+        for (int k = 0; k < LANES; k++) acc[k] += vexp_nonpos(l[j + k] - mx);
     float s = 0.0f;
-    for (; j < V; j++) s += vexp(l[j] - mx);
+    for (; j < V; j++) s += vexp_nonpos(l[j] - mx);
     s += lanes_total(acc);
     return mx + vlog(s);
 }
@@ -490,7 +490,7 @@ void k_xent_bwd(float *dlogits, const float *logits, const int *targets, const f
         float *d = dlogits + (size_t)i * V;
         float lse = logsumexp(l, V), g = dloss[i];
         /* softmax as exp(l - lse) directly: no second normalising pass */
-        for (int j = 0; j < V; j++) d[j] += g * vexp(l[j] - lse);
+        for (int j = 0; j < V; j++) d[j] += g * vexp_nonpos(l[j] - lse);
         d[t] -= g;
     });
 }

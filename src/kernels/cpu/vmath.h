@@ -90,20 +90,24 @@ static inline float exp_poly(float r) {
     return (p * r2 + r) + 1.0f;
 }
 
-/* x = n ln2 + r, |r| <= ln2 / 2 (Cody-Waite: ln2 in two parts, the first exact in n * C1),
- * e^r by exp_poly, and 2^n added into the exponent field as an integer
- * (exact, and unlike a multiply by 2^n it also reaches n = 128 for x up to EXP_HI: p < 1 there). */
-static inline float exp_unchecked(float x) {
-    /* n = round(x / ln2): adding 1.5 * 2^23 leaves the rounded integer in the low mantissa */
-    const float magic = 12582912.0f;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
+/* x = n ln2 + r, |r| <= ln2 / 2 (Cody-Waite: ln2 in two parts, the first exact in n * C1); returns
+ * r, and t, which holds n in its low mantissa bits. */
+#define EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it leaves round(x) in the low mantissa bits */
+static inline float exp_reduce(float x, float *t_out) {
+    float t = x * 1.44269504088896341f + EXP_MAGIC;
+    float n = t - EXP_MAGIC;
     float r = x - n * 0.693359375f; /* ln2 = 0.693359375 - 2.12194440e-4, first part exact */
-    r = r - n * -2.12194440e-4f;
-    float p = exp_poly(r);
+    *t_out = t;
+    return r - n * -2.12194440e-4f;
+}
+
+/* e^r by exp_poly, and 2^n added into the exponent field as an integer (exact, and unlike a
+ * multiply by 2^n it also reaches n = 128 for x up to EXP_HI: p < 1 there). */
+static inline float exp_unchecked(float x) {
+    float t, p = exp_poly(exp_reduce(x, &t));
     /* unsigned: wraps (no UB) for the garbage out-of-range x leave here; the callers' selects
      * (or clamps) deal with those */
-    return u2f(f2u(p) + ((f2u(t) - f2u(magic)) << 23));
+    return u2f(f2u(p) + ((f2u(t) - f2u(EXP_MAGIC)) << 23));
 }
 
 /* exp_unchecked(x) is right for EXP_LO <= x <= EXP_HI only. */
@@ -111,6 +115,17 @@ static inline float vexp(float x) {
     float res = exp_unchecked(x);
     res = x < EXP_LO ? 0.0f : res;
     return x <= EXP_HI ? res : x + INFINITY; /* overflow: +inf; NaN: NaN (one test for both) */
+}
+
+/* vexp(x) for arguments well below EXP_HI (x <= 88: softmax's x - max, which rounding may leave a
+ * few ulps above 0; softplus's -|x|), without the overflow select: 2^n is built as a float and
+ * multiplied in, which keeps a NaN a NaN (the integer add into p's exponent turns some NaN
+ * payloads into numbers: vexp's last select is what catches those). The same results as vexp
+ * from EXP_LO up; 0 below. */
+static inline float vexp_nonpos(float x) {
+    float t, p = exp_poly(exp_reduce(x, &t));
+    float res = p * u2f((f2u(t) + (127u - f2u(EXP_MAGIC))) << 23);
+    return x < EXP_LO ? 0.0f : res;
 }
 
 /* log(x 2^-escale) for positive normal finite x: x = 2^e m, m in [sqrt(1/2), sqrt(2)), f = m - 1
@@ -182,7 +197,7 @@ static inline float vtanh(float x) { return vtanh_from(x, tanh_exp(x)); }
  * Without FMA the roundings of the same polynomial add up to 2.44 ulp, too close to the bound:
  * there log(w), w = 1 + u, plus the first-order correction (u - (w - 1)) / w for the rounding of
  * w (w is in [1, 2], so log_core needs no special cases). */
-static inline float vsoftplus_from(float x, float u) { /* u = vexp(-fabsf(x)) */
+static inline float vsoftplus_from(float x, float u) { /* u = vexp_nonpos(-fabsf(x)) */
 #if defined(__FMA__)
     float ut = u > 0x1p-40f ? u : 0x1p-40f, u2 = ut * ut;
     float c01 = 3.333328068e-01f * ut - 5.000000000e-01f;
@@ -196,47 +211,40 @@ static inline float vsoftplus_from(float x, float u) { /* u = vexp(-fabsf(x)) */
     float w = 1.0f + u;
     float l1p = log_core(w, 0.0f) + (u - (w - 1.0f)) / w;
 #endif
-    return (x > 0.0f ? x : 0.0f) + l1p; /* NaN: u is NaN */
+    return (x <= 0.0f ? 0.0f : x) + l1p; /* NaN: x (and u) */
 }
-static inline float vsoftplus(float x) { return vsoftplus_from(x, vexp(-fabsf(x))); }
+static inline float vsoftplus(float x) { return vsoftplus_from(x, vexp_nonpos(-fabsf(x))); }
 
-/* expm1(x) = e^x - 1 without the cancellation of vexp(x) - 1 near 0: x = n ln2 + r as in vexp,
- * expm1(r) by its Taylor polynomial to degree 8 (|r| <= ln2 / 2: the first term left out is below
- * 2^-30 |r|), then 2^n expm1(r) + (2^n - 1), where 2^n - 1 is exact for |n| <= 24 and the sum
- * has no cancellation (2^n e^r - 1 with n != 0 is at least 0.29 in magnitude). Beyond |x| = 17
- * the -1 is below half an ulp (x > 17: the same polynomial times 2^n, no second exp) or the result
- * rounds to -1 (x < -17.5); n is clamped to [-25, 129] so its bits stay well formed. */
-static inline float expm1_reduce(float x, float *n_out) { /* the first stage: r, and n */
-    const float magic = 12582912.0f;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    n = n > 129.0f ? 129.0f : n;
-    n = n < -25.0f ? -25.0f : n;
-    float r = x - n * 0.693359375f;
-    *n_out = n;
-    return r - n * -2.12194440e-4f;
+/* expm1(x) = e^x - 1 without the cancellation of vexp(x) - 1 near 0: x clamped to [-17.5, 88.75]
+ * (below, the result rounds to -1; above, it overflows), x = n ln2 + r as in vexp, expm1(r) by its
+ * Taylor polynomial to degree 8 (|r| <= ln2 / 2: the first term left out is below 2^-30 |r|), then
+ * 2^n expm1(r) + (2^n - 1) as 2 (h expm1(r) + (h - 1/2)), h = 2^(n-1): one FMA, the doubling exact
+ * (h >= 2^-26: nothing is subnormal), and 2^(n-1) exists for n = 128 where 2^n does not, so the
+ * whole range, overflow included, takes the same path. h - 1/2 = (2^n - 1) / 2 is exact for
+ * n <= 24 and the sum has no cancellation (2^n e^r - 1 with n != 0 is at least 0.29 in
+ * magnitude); from n = 25 on, the -1/2 it drops is below half an ulp of the result. For
+ * |x| < 2^-24, x itself (within the bound; e^x - 1 - x < 2^-25 |x|): keeps the sign of -0 and
+ * the low bit of subnormals, which the halving would round. */
+static inline float expm1_reduce(float x, float *t_out) { /* the first stage: r, and t */
+    float v = x < -17.5f ? -17.5f : x; /* NaN stays NaN through both */
+    v = v > 88.75f ? 88.75f : v;
+    return exp_reduce(v, t_out);
 }
-static inline float vexpm1_from(float x, float r, float n) { /* r = expm1_reduce(x, &n) */
-    const float magic = 12582912.0f;
+static inline float vexpm1_from(float x, float r, float t) { /* r = expm1_reduce(x, &t) */
     float r2 = r * r;
     float p01 = 1.66666666666666667e-1f * r + 0.5f;                   /* 1/3!, 1/2! */
     float p23 = 8.33333333333333333e-3f * r + 4.16666666666666667e-2f; /* 1/5!, 1/4! */
     float p45 = 1.98412698412698413e-4f * r + 1.38888888888888889e-3f; /* 1/7!, 1/6! */
     float p = ((2.48015873015873016e-5f * r2 + p45) * r2 + p23) * r2 + p01; /* 1/8! */
     float pm = p * r2 + r; /* expm1(r) */
-    float n25 = n > 25.0f ? 25.0f : n;
-    float two_n = u2f((f2u(n25 + magic) - f2u(magic) + 127u) << 23);
-    float res = two_n * pm + (two_n - 1.0f);
-    /* above 17: 2^(n-1) (1 + expm1(r)) 2 - 1, halved so that n = 128 (x up to EXP_HI) still has an
-     * exponent; 2^(n-1) is +inf at the clamp n = 129, which is where the result overflows */
-    float half_n = u2f((f2u(n + magic) - f2u(magic) + 126u) << 23);
-    res = x > 17.0f ? (half_n * (pm + 1.0f)) * 2.0f - 1.0f : res;
-    res = x == 0.0f ? x : res;           /* keeps the sign of -0 */
-    return x < -17.5f ? -1.0f : res;     /* NaN: r, hence res, is NaN */
+    /* n sits in t's low mantissa bits: n + 126 into the exponent field, in one integer add */
+    float h = u2f((f2u(t) + (126u - f2u(EXP_MAGIC))) << 23);
+    float res = (h * pm + (h - 0.5f)) * 2.0f;
+    return fabsf(x) < 0x1p-24f ? x : res; /* NaN: r, hence res, is NaN */
 }
 static inline float vexpm1(float x) {
-    float n, r = expm1_reduce(x, &n);
-    return vexpm1_from(x, r, n);
+    float t, r = expm1_reduce(x, &t);
+    return vexpm1_from(x, r, t);
 }
 
 /* Over arrays, tanh, softplus and expm1 are taken in two passes per block of VM_BLOCK floats:
@@ -261,29 +269,31 @@ static inline void vtanh_n(float *y, const float *x, size_t n) {
 
 /* y = softplus(x + bias), bias may be NULL */
 static inline void vsoftplus_n(float *y, const float *x, const float *bias, size_t n) {
-    float v[VM_BLOCK], u[VM_BLOCK];
+    float u[VM_BLOCK];
     for (size_t i0 = 0; i0 < n; i0 += VM_BLOCK) {
         size_t m = n - i0 < VM_BLOCK ? n - i0 : VM_BLOCK;
         const float *xb = x + i0;
         float *yb = y + i0;
-        if (bias)
-            for (size_t j = 0; j < m; j++) v[j] = xb[j] + bias[i0 + j];
-        else
-            for (size_t j = 0; j < m; j++) v[j] = xb[j];
-        for (size_t j = 0; j < m; j++) u[j] = vexp(-fabsf(v[j]));
-        for (size_t j = 0; j < m; j++) yb[j] = vsoftplus_from(v[j], u[j]);
+        if (bias) {
+            const float *bb = bias + i0;
+            for (size_t j = 0; j < m; j++) u[j] = vexp_nonpos(-fabsf(xb[j] + bb[j]));
+            for (size_t j = 0; j < m; j++) yb[j] = vsoftplus_from(xb[j] + bb[j], u[j]);
+        } else {
+            for (size_t j = 0; j < m; j++) u[j] = vexp_nonpos(-fabsf(xb[j]));
+            for (size_t j = 0; j < m; j++) yb[j] = vsoftplus_from(xb[j], u[j]);
+        }
     }
 }
 
 /* y = sign * expm1(sign * x), sign = +-1 (what the softplus backward needs is -expm1(-x)) */
 static inline void vexpm1_n(float *y, const float *x, float sign, size_t n) {
-    float v[VM_BLOCK], r[VM_BLOCK], nb[VM_BLOCK];
+    float r[VM_BLOCK], tb[VM_BLOCK];
     for (size_t i0 = 0; i0 < n; i0 += VM_BLOCK) {
         size_t m = n - i0 < VM_BLOCK ? n - i0 : VM_BLOCK;
         const float *xb = x + i0;
         float *yb = y + i0;
-        for (size_t j = 0; j < m; j++) v[j] = sign * xb[j], r[j] = expm1_reduce(v[j], &nb[j]);
-        for (size_t j = 0; j < m; j++) yb[j] = sign * vexpm1_from(v[j], r[j], nb[j]);
+        for (size_t j = 0; j < m; j++) r[j] = expm1_reduce(sign * xb[j], &tb[j]);
+        for (size_t j = 0; j < m; j++) yb[j] = sign * vexpm1_from(sign * xb[j], r[j], tb[j]);
     }
 }
 
