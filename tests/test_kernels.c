@@ -459,8 +459,9 @@ static void test_foreach(void) {
                     ForeachCtx c = {calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int))};
                     if (forced) th_bitid_threads(t);
                     else th_threads_restore(t);
-                    /* 0.1 ns per item: only the forced runs reach the default threshold (20 us) */
-                    (ref ? k_foreach_ref : k_foreach)(n, 0.1, foreach_mark, &c);
+                    /* 0.05 ns per item, 5 us at the largest n: only the forced runs reach the
+                     * default threshold (7 us) */
+                    (ref ? k_foreach_ref : k_foreach)(n, 0.05, foreach_mark, &c);
                     int once = 1;
                     long calls = 0;
                     for (long i = 0; i < n; i++) once &= c.hits[i] == 1, calls += c.starts[i];

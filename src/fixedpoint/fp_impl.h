@@ -17,8 +17,8 @@
 
 /* Per-sample loops run through k_foreach (one sample per thread, so sums never depend on the
  * thread count), which forks only when the batch is big enough to pay for it. Their estimated
- * one-thread cost per float of a sample: these loops forked from 32768 floats before, 20 us (the
- * kernels' fork threshold) at this rate. */
+ * one-thread cost per float of a sample (they forked from a fixed 32768 floats before, 20 us at this
+ * rate; the kernels' fork threshold decides now). */
 #define FP_NS_PER_FLOAT 0.6
 
 typedef struct {

@@ -45,7 +45,7 @@
 void k_set_threads(int n);
 int k_get_threads(void);
 /* A kernel call forks only when its estimated one-thread time reaches this many nanoseconds
- * (cpu/threading.h: the measured costs, and why 20 us by default); below, it runs on the calling
+ * (cpu/threading.h: the measured costs, and why 7 us by default); below, it runs on the calling
  * thread without entering OpenMP. Set by tests (0: fork whenever there are two items, so that
  * bit-identity tests reach the parallel code on small shapes) and benches (bench_threads); a
  * negative value restores the default. */

@@ -102,9 +102,9 @@ typedef __m128 Vec;
 #define MC (MR * 12)
 #endif
 #define NC 2048 /* B block KC x NC (4 MiB at KC 512) stays in L3 */
-/* The team of an M x N x K product: below threading.h's threshold (2M multiply-adds at
- * KT_NS_MAC, ~20 us at 100 GFLOP/s; every thread also packs its own B) it stays on one thread
- * (and goes to OpenBLAS in BLAS builds). */
+/* The team of an M x N x K product: below threading.h's threshold (700K multiply-adds at
+ * KT_NS_MAC, ~7 us at 100 GFLOP/s; every thread also packs its own B) it stays on one thread (and
+ * goes to OpenBLAS in BLAS builds). */
 static int gemm_team(int M, int N, int K) { return kt_team((double)M * N * K * KT_NS_MAC, (long)M * N); }
 
 static int imin(int a, int b) { return a < b ? a : b; }

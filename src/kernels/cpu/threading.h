@@ -13,9 +13,12 @@
  * on sizes around its threshold; it prints the measured ns per unit of work next to the KT_NS_*
  * constant and the two-thread speedup at the threshold. On the Zen 4 host of docs/benchmarks.md
  * (2 vCPUs, AVX-512) an empty fork/join of two threads costs 0.5-0.9 us when the machine is quiet,
- * and a whole time slice when another process holds the second core. KT_MIN_NS = 20 us makes a
- * call at the threshold at least ~1.8x faster on two threads than on one when quiet (20 us of work
- * becomes 10 + ~1 us), so a region only forks where two threads clearly win.
+ * and a whole time slice when another process holds the second core. KT_MIN_NS = 7 us makes a
+ * call at the threshold about 1.5-1.7x faster on two threads than on one when quiet (7 us of work
+ * becomes 3.5 + ~0.6 us; the per-kernel costs below are measured, so an estimate of 7 us is about
+ * 7 us). It was 20 us: the D-64 training steps (bench_fp) are chains of 5-20 us kernels, which then
+ * ran on one thread, and went 1.3-1.65x on two threads; at 7 us they go 1.64-1.79x, and no case of
+ * the benchmarks ran slower at two threads (docs/benchmarks.md, fork threshold).
  *
  * Bit-identity does not depend on this choice: every kernel splits only independent items (rows,
  * heads, column blocks), each computed by one thread in a fixed order, so the team size (and
@@ -48,7 +51,7 @@ static inline int kt_thread_id(void) {
 
 /* One-thread nanoseconds of work from which a kernel call forks by default (see above; kernels.h
  * k_set_fork_ns changes it). */
-#define KT_MIN_NS 20000.0
+#define KT_MIN_NS 7000.0
 
 
 /* The team for a call whose one-thread time is estimated at `ns`, split into `items`
