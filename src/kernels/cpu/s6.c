@@ -193,16 +193,18 @@ static inline float tree_sum(float *acc) {
 }
 
 /* One state row j of the reverse step, over the block's channels:
- *   G = dy C_j + carry;  gs += G B_j;  gdt += G (B_j x + A_j a H_{t-1});  dA_j += G dt a H_{t-1};
+ *   G = dy C_j + carry;  q = G a H_{t-1};  gs += G B_j;  gdt += q A_j;  dA_j += q dt;
  *   carry = a G (the a_{t+1} G_{t+1} of the next, earlier step);
+ * ddt's other term, sum_j G B_j x = x gs, is added once per token after the rows (9 operations
+ * per element here where it took 11);
  * and the two channel sums sum_c G (dt x), sum_c dy H_t, fused into the same pass: their VL-lane
  * partials go to lB, lC and the channels past the last whole chunk to *tB, *tC (row_sums adds
  * them up for all rows of the token; the order depends on cw only). */
 static void reverse_row(float *restrict cr, float *restrict da, float *restrict gs, float *restrict gdt,
                         const float *restrict go, const float *restrict hc, const float *restrict hp,
-                        const float *restrict ac, const float *restrict aj, const float *restrict xt,
-                        const float *restrict dtt, const float *restrict u, float bj, float cj,
-                        float *restrict lB, float *restrict lC, float *tB_out, float *tC_out, int cw) {
+                        const float *restrict ac, const float *restrict aj, const float *restrict dtt,
+                        const float *restrict u, float bj, float cj, float *restrict lB, float *restrict lC,
+                        float *tB_out, float *tC_out, int cw) {
     float accB[VL], accC[VL];
     for (int l = 0; l < VL; l++) accB[l] = accC[l] = 0.f;
     int c0 = 0;
@@ -210,10 +212,10 @@ static void reverse_row(float *restrict cr, float *restrict da, float *restrict 
         for (int l = 0; l < VL; l++) {
             int c = c0 + l;
             float G = go[c] * cj + cr[c];
-            float aH = ac[c] * hp[c];
+            float q = G * (ac[c] * hp[c]);
             gs[c] += G * bj;
-            gdt[c] += G * (bj * xt[c] + aj[c] * aH);
-            da[c] += G * dtt[c] * aH;
+            gdt[c] += q * aj[c];
+            da[c] += q * dtt[c];
             cr[c] = ac[c] * G;
             accB[l] += G * u[c];
             accC[l] += go[c] * hc[c];
@@ -221,10 +223,10 @@ static void reverse_row(float *restrict cr, float *restrict da, float *restrict 
     float tB = 0.f, tC = 0.f;
     for (int c = c0; c < cw; c++) {
         float G = go[c] * cj + cr[c];
-        float aH = ac[c] * hp[c];
+        float q = G * (ac[c] * hp[c]);
         gs[c] += G * bj;
-        gdt[c] += G * (bj * xt[c] + aj[c] * aH);
-        da[c] += G * dtt[c] * aH;
+        gdt[c] += q * aj[c];
+        da[c] += q * dtt[c];
         cr[c] = ac[c] * G;
         tB += G * u[c];
         tC += go[c] * hc[c];
@@ -260,6 +262,31 @@ static void row_sums(float *restrict out, const float *restrict lanes, const flo
     }
 }
 
+/* Per token, before the rows: u = dt x, gs = gdt = 0, dD's partial += dy x. In functions of their
+ * own for the restrict pointers: inline in bwd_block, with every buffer in one workspace, gcc left
+ * the first loop scalar and versioned the others. */
+static void token_start(float *restrict u, float *restrict gs, float *restrict gdt, float *restrict dDc,
+                        const float *restrict dtt, const float *restrict xt, const float *restrict go, int cw) {
+    for (int c = 0; c < cw; c++) {
+        u[c] = dtt[c] * xt[c];
+        gs[c] = 0.f;
+        gdt[c] = 0.f;
+        dDc[c] += go[c] * xt[c];
+    }
+}
+
+/* Per token, after the rows: dx += D dy + dt gs, ddt += gdt + x gs (dx, ddt, D may be NULL). */
+static void token_finish(float *restrict dx, float *restrict ddt, const float *restrict D,
+                         const float *restrict go, const float *restrict dtt, const float *restrict xt,
+                         const float *restrict gs, const float *restrict gdt, int cw) {
+    if (dx && D)
+        for (int c = 0; c < cw; c++) dx[c] += D[c] * go[c] + dtt[c] * gs[c];
+    else if (dx)
+        for (int c = 0; c < cw; c++) dx[c] += dtt[c] * gs[c];
+    if (ddt)
+        for (int c = 0; c < cw; c++) ddt[c] += gdt[c] + xt[c] * gs[c];
+}
+
 static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
     const int T = v->T, E = v->E, N = v->N, cs = v->cw, i0 = blk * cs, cw = imin(cs, E - i0);
     const size_t NC = (size_t)N * cs;
@@ -291,32 +318,18 @@ static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
         const float *bm = v->Bm + bt * N, *cm = v->Cm + bt * N;
         float *pB = v->pB ? v->pB + (((size_t)b * v->nblk + blk) * T + t) * N : NULL;
         float *pC = v->pC ? v->pC + (((size_t)b * v->nblk + blk) * T + t) * N : NULL;
-        for (int c = 0; c < cw; c++) {
-            u[c] = dtt[c] * xt[c];
-            gs[c] = 0.f;
-            gdt[c] = 0.f;
-            dDc[c] += go[c] * xt[c];
-        }
+        token_start(u, gs, gdt, dDc, dtt, xt, go, cw);
         for (int j = 0; j < N; j++) {
             const float *hc = Hs + (size_t)t * NC + (size_t)j * cs;
             const float *hp = t ? Hs + (size_t)(t - 1) * NC + (size_t)j * cs : zero;
             const float *ac = As + (size_t)t * NC + (size_t)j * cs, *aj = At + (size_t)j * cs;
-            reverse_row(carry + (size_t)j * cs, dAc + (size_t)j * cs, gs, gdt, go, hc, hp, ac, aj, xt, dtt, u,
+            reverse_row(carry + (size_t)j * cs, dAc + (size_t)j * cs, gs, gdt, go, hc, hp, ac, aj, dtt, u,
                         bm[j], cm[j], lB + (size_t)j * VL, lC + (size_t)j * VL, tB + j, tC + j, cw);
         }
         if (pB) row_sums(pB, lB, tB, N);
         if (pC) row_sums(pC, lC, tC, N);
-        if (v->dx) {
-            float *dx = v->dx + r;
-            if (v->D)
-                for (int c = 0; c < cw; c++) dx[c] += v->D[i0 + c] * go[c] + dtt[c] * gs[c];
-            else
-                for (int c = 0; c < cw; c++) dx[c] += dtt[c] * gs[c];
-        }
-        if (v->ddt) {
-            float *ddt = v->ddt + r;
-            for (int c = 0; c < cw; c++) ddt[c] += gdt[c];
-        }
+        token_finish(v->dx ? v->dx + r : NULL, v->ddt ? v->ddt + r : NULL, v->D ? v->D + i0 : NULL, go, dtt,
+                     xt, gs, gdt, cw);
     }
     if (v->pA)
         for (int c = 0; c < cw; c++)
