@@ -14,11 +14,13 @@
  * 5. The one-token steps at the shapes of sequential generation: the SSD step (k_ssd_step, us
  *    per call and GB/s of state), the S6 step (k_s6_step) and attention against a KV cache
  *    (k_attn_step, GB/s of K, V).
- * 6. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
+ * 6. The S6 scan (k_s6_fwd, k_s6_bwd) over whole sequences at the D-64 baselines' shape and an
+ *    LM layer's, one thread: us per call and ns per state element and token.
+ * 7. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
  *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
  *    timed again right before each function (a shared machine's speed drifts within a run).
  * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
- * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,step,vmath]
+ * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,step,scan,vmath]
  */
 #include <math.h>
 #include <stdio.h>
@@ -366,6 +368,48 @@ static void bench_attn_step(Rng *r) {
     }
 }
 
+/* ---- full-sequence scans ---------------------------------------------------------------------- */
+
+typedef struct { int B, T, E, N; float *y, *x, *dt, *A, *Bm, *Cm, *D, *dy, *dx, *ddt, *dA, *dB, *dC, *dD; } S6Case;
+
+static void run_s6_fwd(void *p) {
+    S6Case *c = p;
+    k_s6_fwd(c->y, NULL, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->T, c->E, c->N);
+}
+
+static void run_s6_bwd(void *p) {
+    S6Case *c = p;
+    k_s6_bwd(c->dx, c->ddt, c->dA, c->dB, c->dC, c->dD, c->dy, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B,
+             c->T, c->E, c->N);
+}
+
+/* The S6 (Mamba-1 / FP-Mamba) scan over whole sequences, forward and backward (every gradient),
+ * one thread: us per call and ns per state element and token (each is an exp and a few FMAs
+ * forward; the backward recomputes the states, then runs the reverse recurrence). */
+static void bench_scan(Rng *r) {
+    static const int shapes[][4] = {
+        {64, 17, 128, 16}, /* m1_64, fp_h64: the word-problem baselines at D 64 */
+        {12, 64, 512, 16}, /* an LM-sized layer */
+    };
+    k_set_threads(1);
+    printf("\nS6 scan over whole sequences, 1 thread (ns per state element and token)\n");
+    printf("  %-22s %10s %9s %10s %9s\n", "B T E N", "fwd us", "ns/elem", "bwd us", "ns/elem");
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int B = shapes[k][0], T = shapes[k][1], E = shapes[k][2], N = shapes[k][3];
+        size_t nx = (size_t)B * T * E, nb = (size_t)B * T * N, nA = (size_t)E * N;
+        S6Case c = {B, T, E, N, calloc(nx, 4), randn(nx, r), randn(nx, r), randn(nA, r), randn(nb, r),
+                    randn(nb, r), randn(E, r), randn(nx, r), calloc(nx, 4), calloc(nx, 4), calloc(nA, 4),
+                    calloc(nb, 4), calloc(nb, 4), calloc(E, 4)};
+        for (size_t i = 0; i < nx; i++) c.dt[i] = 0.01f + 0.1f * fabsf(c.dt[i]);
+        for (size_t i = 0; i < nA; i++) c.A[i] = -1.0f - fabsf(c.A[i]);
+        double tf = best_time(run_s6_fwd, &c), tb = best_time(run_s6_bwd, &c), el = (double)nx * N;
+        printf("  %3d %3d %5d %3d %13.1f %9.3f %10.1f %9.3f\n", B, T, E, N, tf * 1e6, tf * 1e9 / el, tb * 1e6,
+               tb * 1e9 / el);
+        free(c.y), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D), free(c.dy);
+        free(c.dx), free(c.ddt), free(c.dA), free(c.dB), free(c.dC), free(c.dD);
+    }
+}
+
 static void bench_step(Rng *r) {
     k_set_threads(1);
     bench_ssd_step(r);
@@ -404,7 +448,7 @@ static void bench_vmath(Rng *r) {
 
 static const struct { const char *name; void (*run)(Rng *); } SECTIONS[] = {
     {"gemm", bench_gemm}, {"gemv", bench_gemv}, {"bandwidth", bench_bandwidth}, {"step", bench_step},
-    {"vmath", bench_vmath}};
+    {"scan", bench_scan}, {"vmath", bench_vmath}};
 #define NSECTIONS (sizeof SECTIONS / sizeof SECTIONS[0])
 
 static void usage(void) {
