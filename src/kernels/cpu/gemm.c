@@ -597,7 +597,7 @@ static void gemv_packed(int transA, int N, int K, float alpha, const float *A, i
     size_t npad = npad_of(N);
     int npan = (int)(npad / NR), ngrp = (npan + GV_PANELS - 1) / GV_PANELS;
     /* threads own whole groups of panels, every slice of them, so each element is one thread's */
-    KT_FOR(kt_team((double)K * (double)npad * GV_NS_WEIGHT, ngrp),
+    KT_FOR(kt_team_rows((double)K * (double)npad * GV_NS_WEIGHT, ngrp),
            for (int gi = 0; gi < ngrp; gi++) {
                int q0 = gi * GV_PANELS, q1 = imin(npan, q0 + GV_PANELS);
                for (int pc = 0; pc < K; pc += KC)

@@ -364,7 +364,7 @@ void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, cons
     if (M == 0 || N == 0) return;
     SmallArgs g = {M, N, K, transB, alpha, beta, A, transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                    B, ldb, C, ldc};
-    int nt = kt_team((double)N * K * (M * SMALL_NS_MAC + SMALL_NS_WEIGHT), N);
+    int nt = kt_team_rows((double)N * K * (M * SMALL_NS_MAC + SMALL_NS_WEIGHT), N);
     /* Threads own whole column blocks: [blk * t / nt, blk * (t+1) / nt) of `blk` blocks. */
     int bw = transB ? 8 : VW, blk = (N + bw - 1) / bw;
     nt = imin(nt, blk);
