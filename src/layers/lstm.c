@@ -1,11 +1,15 @@
 /* lstm.c: one nn.LSTM layer, forward over a sequence, BPTT backward, single-token step; see lstm.h.
  *
- * Scratch layout. Forward:  xp (B,T,4H) | pre (B,4H) | act (B,4H) | h (2,B,H) | c (2,B,H)
- * (the last three only for a no-grad forward, as a two-slot ring). Backward:
+ * Scratch layout. Forward:  x_tm (T,B,D) | xp (T,B,4H) | act (B,4H) | h (2,B,H) | c (2,B,H)
+ * (act, h and c only for a no-grad forward, h and c as a two-slot ring; act's first 4H floats hold
+ * b_ih + b_hh while the input projection runs). Backward:
  * dpre_tm (T,B,4H) | dpre_bt (B,T,4H) | dh (B,H) | dc (B,H) | dc_prev (B,H).
  * Why two layouts: the recurrence walks time, so per-step slices must be contiguous (the cell
  * kernel and the recurrent GEMM take dense (B, .) blocks), while x, y and dx are (B,T,.) as the
- * rest of the toolkit. The cache is time-major; the input-side GEMMs work on (B,T,.) rows.
+ * rest of the toolkit. The forward copies x to time-major once (D floats a row), so that the
+ * input projection of every token lands time-major and each step's recurrent GEMM adds onto its
+ * (B,4H) block in place: no per-step copy of the pre-activations (4H floats a row). The cache is
+ * time-major; the backward's input-side GEMMs work on (B,T,.) rows.
  */
 #include "lstm.h"
 
@@ -21,7 +25,7 @@ size_t lstm_cache_floats(const LstmCfg *c, int B, int T) {
 
 size_t lstm_scratch_floats(const LstmCfg *c, int B, int T) {
     size_t BH = (size_t)B * c->H, BT4H = (size_t)T * 4 * BH;
-    size_t fwd = BT4H + 8 * BH + 4 * BH;
+    size_t fwd = (size_t)T * B * c->D + BT4H + 4 * BH + 4 * BH;
     size_t bwd = 2 * BT4H + 3 * BH;
     return fwd > bwd ? fwd : bwd;
 }
@@ -36,33 +40,31 @@ static void check_args(const LstmCfg *c, const LstmW *w, int B, int T) {
           B, T);
 }
 
-/* pre = xp_rows (+ b_hh) + h_prev W_hh^T, where xp_rows is row b at xp + b*stride (B,4H). */
-static void gate_preact(float *pre, const float *xp, size_t stride, const float *h_prev,
-                        const LstmW *w, int B, int H) {
-    const int G = 4 * H;
-    for (int b = 0; b < B; b++) {
-        float *p = pre + (size_t)b * G;
-        memcpy(p, xp + (size_t)b * stride, (size_t)G * sizeof(float));
-        if (w->b_hh)
-            for (int j = 0; j < G; j++) p[j] += w->b_hh[j];
-    }
-    k_gemm(0, 1, B, G, H, 1.0f, h_prev, H, w->W_hh, H, 1.0f, pre, G);
+/* b_ih + b_hh into bsum (4H), or NULL when there is no bias: both biases start the input
+ * projection's rows, and the recurrent GEMM then adds h_prev W_hh^T onto them. */
+static const float *bias_sum(float *bsum, const LstmW *w, int G) {
+    if (!w->b_ih && !w->b_hh) return NULL;
+    for (int j = 0; j < G; j++) bsum[j] = (w->b_ih ? w->b_ih[j] : 0.0f) + (w->b_hh ? w->b_hh[j] : 0.0f);
+    return bsum;
 }
 
 void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const float *x,
               const float *state0, float *cache, float *scratch, int B, int T) {
     check_args(c, w, B, T);
     CHECK(y && x && scratch, "lstm_fwd: NULL buffer");
-    const int H = c->H, G = 4 * H;
+    const int H = c->H, G = 4 * H, D = c->D;
     const size_t BH = (size_t)B * H, BG = (size_t)B * G;
-    float *xp = scratch, *pre = xp + (size_t)T * BG, *s_act = pre + BG;
+    float *x_tm = scratch, *xp = x_tm + (size_t)T * B * D, *s_act = xp + (size_t)T * BG;
     float *s_h = s_act + BG, *s_c = s_h + 2 * BH;
     float *c_act = cache, *c_c = cache ? cache + (size_t)T * BG : NULL;
     float *c_h = cache ? c_c + (size_t)(T + 1) * BH : NULL;
 
-    /* input projection of every token at once: xp = x W_ih^T + b_ih   (B*T, 4H); only the
-     * recurrent part h_{t-1} W_hh^T has to wait for the previous step */
-    k_linear_fwd(xp, x, w->W_ih, w->b_ih, B * T, c->D, G);
+    /* input projection of every token at once, time-major: xp = x W_ih^T + b_ih + b_hh
+     * (T*B, 4H); only the recurrent part h_{t-1} W_hh^T has to wait for the previous step */
+    for (int t = 0; t < T; t++)
+        k_copy_rows(x_tm + (size_t)t * B * D, (size_t)D, x + (size_t)t * D, (size_t)T * D, (size_t)B,
+                    (size_t)D, 0);
+    k_linear_fwd(xp, x_tm, w->W_ih, bias_sum(s_act, w, G), T * B, D, G);
     /* slot 0 of the h and c histories is the initial state */
     float *h0 = cache ? c_h : s_h, *cc0 = cache ? c_c : s_c;
     if (state0) {
@@ -76,13 +78,11 @@ void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const f
     for (int t = 0; t < T; t++) {
         float *hn = cache ? c_h + (size_t)(t + 1) * BH : s_h + (size_t)((t + 1) & 1) * BH;
         float *cn = cache ? c_c + (size_t)(t + 1) * BH : s_c + (size_t)((t + 1) & 1) * BH;
-        float *act = cache ? c_act + (size_t)t * BG : s_act;
-        /* row b of token t in xp is at (b*T + t)*4H: stride T*4H between sequences */
-        gate_preact(pre, xp + (size_t)t * G, (size_t)T * G, hp, w, B, H);
+        float *act = cache ? c_act + (size_t)t * BG : s_act, *pre = xp + (size_t)t * BG;
+        k_gemm(0, 1, B, G, H, 1.0f, hp, H, w->W_hh, H, 1.0f, pre, G);
         k_lstm_cell_fwd(hn, cn, act, pre, cp, B, H);
         /* y is (B,T,H): scatter this step's rows (h also stays in the cache for dW_hh) */
-        for (int b = 0; b < B; b++)
-            memcpy(y + ((size_t)b * T + t) * H, hn + (size_t)b * H, (size_t)H * sizeof(float));
+        k_copy_rows(y + (size_t)t * H, (size_t)T * H, hn, (size_t)H, (size_t)B, (size_t)H, 0);
         hp = hn;
         cp = cn;
     }
@@ -134,10 +134,7 @@ void lstm_bwd(const LstmCfg *c, const LstmW *w, LstmW *dW, float *dx, float *dst
     }
     for (int t = T - 1; t >= 0; t--) {
         if (dy) /* h_t is both the output y_t and the next step's h_prev */
-            for (int b = 0; b < B; b++) {
-                const float *g = dy + ((size_t)b * T + t) * H;
-                for (int j = 0; j < H; j++) dh[(size_t)b * H + j] += g[j];
-            }
+            k_copy_rows(dh, (size_t)H, dy + (size_t)t * H, (size_t)T * H, (size_t)B, (size_t)H, 1);
         float *dpre = dpre_tm + (size_t)t * BG;
         memset(dpre, 0, BG * sizeof(float));
         memset(dcp, 0, BH * sizeof(float));
@@ -164,9 +161,10 @@ void lstm_step(const LstmCfg *c, const LstmW *w, float *y, const float *x, const
     CHECK(y && x && state_in && scratch, "lstm_step: NULL buffer");
     const int H = c->H, G = 4 * H;
     const size_t BH = (size_t)B * H, BG = (size_t)B * G;
-    float *xp = scratch, *pre = xp + BG, *act = pre + BG, *cn = act + BG, *hn = cn + BH;
-    k_linear_fwd(xp, x, w->W_ih, w->b_ih, B, c->D, G);
-    gate_preact(pre, xp, (size_t)G, state_in, w, B, H);
+    float *bsum = scratch, *pre = bsum + BG, *act = pre + BG, *cn = act + BG, *hn = cn + BH;
+    /* as one step of lstm_fwd: (b_ih + b_hh + x W_ih^T) + h W_hh^T */
+    k_linear_fwd(pre, x, w->W_ih, bias_sum(bsum, w, G), B, c->D, G);
+    k_gemm(0, 1, B, G, H, 1.0f, state_in, H, w->W_hh, H, 1.0f, pre, G);
     /* new (h, c) go to scratch first: state_out may alias state_in */
     k_lstm_cell_fwd(hn, cn, act, pre, state_in + BH, B, H);
     memcpy(y, hn, BH * sizeof(float));

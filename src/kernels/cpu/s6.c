@@ -265,8 +265,9 @@ static void row_sums(float *restrict out, const float *restrict lanes, const flo
 /* Per token, before the rows: u = dt x, gs = gdt = 0, dD's partial += dy x. In functions of their
  * own for the restrict pointers: inline in bwd_block, with every buffer in one workspace, gcc left
  * the first loop scalar and versioned the others. */
-static void token_start(float *restrict u, float *restrict gs, float *restrict gdt, float *restrict dDc,
-                        const float *restrict dtt, const float *restrict xt, const float *restrict go, int cw) {
+static void token_start(float *restrict u, float *restrict gs, float *restrict gdt,
+                        float *restrict dDc, const float *restrict dtt, const float *restrict xt,
+                        const float *restrict go, int cw) {
     for (int c = 0; c < cw; c++) {
         u[c] = dtt[c] * xt[c];
         gs[c] = 0.f;
