@@ -195,11 +195,11 @@ static inline float tree_sum(float *acc) {
 /* One state row j of the reverse step, over the block's channels:
  *   G = dy C_j + carry;  q = G a H_{t-1};  gs += G B_j;  gdt += q A_j;  dA_j += q dt;
  *   carry = a G (the a_{t+1} G_{t+1} of the next, earlier step);
- * ddt's other term, sum_j G B_j x = x gs, is added once per token after the rows (9 operations
- * per element here where it took 11);
  * and the two channel sums sum_c G (dt x), sum_c dy H_t, fused into the same pass: their VL-lane
  * partials go to lB, lC and the channels past the last whole chunk to *tB, *tC (row_sums adds
- * them up for all rows of the token; the order depends on cw only). */
+ * them up for all rows of the token; the order depends on cw only). ddt's other term,
+ * sum_j G B_j x = x gs, is added once per token after the rows (token_finish): 9 operations per
+ * element here where it took 11. */
 static void reverse_row(float *restrict cr, float *restrict da, float *restrict gs, float *restrict gdt,
                         const float *restrict go, const float *restrict hc, const float *restrict hp,
                         const float *restrict ac, const float *restrict aj, const float *restrict dtt,

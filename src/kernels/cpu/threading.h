@@ -17,8 +17,9 @@
  * call at the threshold about 1.5-1.7x faster on two threads than on one when quiet (7 us of work
  * becomes 3.5 + ~0.6 us; the per-kernel costs below are measured, so an estimate of 7 us is about
  * 7 us). It was 20 us: the D-64 training steps (bench_fp) are chains of 5-20 us kernels, which then
- * ran on one thread, and went 1.3-1.65x on two threads; at 7 us they go 1.64-1.79x, and no case of
- * the benchmarks ran slower at two threads (docs/benchmarks.md, fork threshold).
+ * ran on one thread, and went 1.3-1.65x on two threads; at 7 us they go 1.6-1.8x, and the other
+ * benchmark cases were level with or faster than at 20 us but for two that went both ways
+ * (docs/benchmarks.md, "the fork threshold at 7 us").
  *
  * Bit-identity does not depend on this choice: every kernel splits only independent items (rows,
  * heads, column blocks), each computed by one thread in a fixed order, so the team size (and

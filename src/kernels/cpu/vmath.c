@@ -11,7 +11,7 @@
     void kvm_##f(float *y, const float *x, size_t n) {                                 \
         for (size_t i = 0; i < n; i++) y[i] = v##f(x[i]);                              \
     }
-VMATH_DEFINE(exp) VMATH_DEFINE(log) VMATH_DEFINE(sigmoid) VMATH_DEFINE(silu)
+VMATH_DEFINE(exp) VMATH_DEFINE(log) VMATH_DEFINE(sigmoid) VMATH_DEFINE(silu) VMATH_DEFINE(exp_nonpos)
 
 /* the two-pass forms (vmath.h, VM_BLOCK) */
 void kvm_tanh(float *y, const float *x, size_t n) { vtanh_n(y, x, n); }

@@ -15,7 +15,7 @@
  *   vexp(x)      <= 1.5 ulp [1.03] where exp(x) >= FLT_MIN (x >= -87.33654). Below, +0: the
  *                exact value is subnormal (absolute error < FLT_MIN), flushed on purpose (slow on
  *                some cores, never needed here). +inf above 88.72283; exp(-inf) = 0,
- *                exp(+inf) = +inf.
+ *                exp(+inf) = +inf. vexp_nonpos(x), for x <= 88 only: vexp's bits (NaN: NaN).
  *   vlog(x)      <= 1.5 ulp [0.83] for every positive x, subnormals included; log(+-0) = -inf,
  *                log(x < 0) = NaN, log(+inf) = +inf, log(1) = 0.
  *   vsigmoid(x)  <= 3 ulp [2.48] where the result is >= FLT_MIN (x >= -87.33); below, absolute
@@ -304,6 +304,9 @@ static inline void vexpm1_n(float *y, const float *x, float sign, size_t n) {
 #define VMATH_DECLARE(f) void kvm_##f(float *y, const float *x, size_t n);
 VMATH_FUNCS(VMATH_DECLARE)
 #undef VMATH_DECLARE
+/* vexp_nonpos over an array (x <= 88; not in VMATH_FUNCS, whose functions take every float):
+ * tests/test_vmath.c checks it against kvm_exp bit for bit. */
+void kvm_exp_nonpos(float *y, const float *x, size_t n);
 
 /* acc[0] + ... + acc[LANES-1] as a pairwise tree (halves added lane by lane: a few vector adds,
  * where a left-to-right sum is a chain of LANES dependent adds, ~100 cycles per row). The order is
