@@ -3,19 +3,43 @@
 # CPU, the ISA of the build and the thread count, and the roofline (FMA peak and read bandwidth on 1
 # and on all threads), which it hands to the other programs in BENCH_MACHINE. Then every other
 # bench_* binary in BUILD_DIR (from the repository root), then, when Debian's PyTorch is importable
-# by /usr/bin/python3, the PyTorch side (bench/torch_bench.py) with the same thread count, and a
-# table of every `implicit NAME METRIC=VALUE ... roofline=P%` line: throughput, % of roofline,
-# and the PyTorch throughput and ratio where it has the case. BENCH_THREADS (default: all cores)
-# sets the threads of both sides. Exits non-zero if any bench fails.
+# by /usr/bin/python3, the PyTorch side (bench/torch_bench.py, or the command in BENCH_TORCH) with
+# the same thread count, and a table of every `implicit NAME METRIC=VALUE ... roofline=P%` line:
+# throughput, % of roofline, and the PyTorch throughput and ratio where it has the case.
+# BENCH_THREADS (default: all cores) sets the threads of both sides. Exits non-zero if any bench
+# fails.
+#
+# BENCH_PAIRS=N (default 0) then runs every case both sides have N more times as alternated pairs,
+# our binary and PyTorch back to back for that one case, and adds the median ratio of the pairs and
+# their range to the table. The whole-run ratio compares two measurements minutes apart, and a
+# shared host's speed drifts over minutes (by 20-30% on the host of docs/benchmarks.md), which
+# moves that ratio as much; a pair, taken within seconds, sees the same host on both sides.
 dir=${1:-build}
 [ $# -gt 0 ] && shift
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 1)}
+pairs=${BENCH_PAIRS:-0}
+case "$pairs" in '' | *[!0-9]*) echo "run.sh: BENCH_PAIRS must be a whole number, not '$pairs'" >&2; exit 2 ;; esac
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-out=$(mktemp)
-status=0
+out=$(mktemp) fail=$(mktemp) cases=$(mktemp)
+trap 'rm -f "$out" "$fail" "$cases"' EXIT
+# run NAME CMD...: CMD's output to the terminal and to $out; a failure is recorded in $fail (a
+# pipeline's status is tee's in sh, so it is taken inside the pipe)
+run() {
+    name=$1
+    shift
+    { "$@" || echo "$name failed" >>"$fail"; } | tee -a "$out"
+}
+# the PyTorch side: BENCH_TORCH (a command taking torch_bench.py's arguments) or, when Debian's
+# PyTorch is importable, bench/torch_bench.py
+torch_ok=0 torch_cmd=${BENCH_TORCH:-}
+if [ -n "$torch_cmd" ]; then
+    torch_ok=1
+elif [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
+    torch_ok=1 torch_cmd="/usr/bin/python3 bench/torch_bench.py"
+fi
 if [ -x "$dir/bench_machine" ]; then
     echo "== bench_machine --threads $threads"
-    "$dir/bench_machine" --threads "$threads" | tee -a "$out" || { echo "bench_machine failed"; status=1; }
+    run bench_machine "$dir/bench_machine" --threads "$threads"
     BENCH_MACHINE=$(sed -n 's/^BENCH_MACHINE=//p' "$out")
     export BENCH_MACHINE
 fi
@@ -23,17 +47,40 @@ for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
     case "$b" in *.d|*.o|*/bench_machine) continue ;; esac
     echo "== $(basename "$b")"
-    "$b" "$@" | tee -a "$out" || { echo "$(basename "$b") failed"; status=1; }
+    start=$(wc -l <"$out")
+    run "$(basename "$b")" "$b" "$@"
+    # which program prints each case (for the pairs below)
+    tail -n +$((start + 1)) "$out" | sed -n "s|^implicit \([^ ]*\) .*|\1 $b|p" >>"$cases"
 done
-if [ -f bench/torch_bench.py ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
+if [ $torch_ok = 1 ]; then
     echo "== torch_bench.py --threads $threads $*"
-    /usr/bin/python3 bench/torch_bench.py --threads "$threads" "$@" | tee -a "$out" || { echo "torch_bench.py failed"; status=1; }
+    run torch_bench.py $torch_cmd --threads "$threads" "$@"
+fi
+if [ "$pairs" -gt 0 ] && [ $torch_ok = 1 ]; then
+    echo "== $pairs alternated pairs per case (ours, then PyTorch's, the one case each)"
+    while read -r c b; do
+        grep -q "^torch $c " "$out" || continue
+        p=1
+        while [ $p -le "$pairs" ]; do
+            for side in implicit torch; do
+                if [ $side = implicit ]; then
+                    line=$("$b" "$@" --cases "$c" | grep "^implicit $c ")
+                else
+                    line=$($torch_cmd --threads "$threads" "$@" --cases "$c" | grep "^torch $c ")
+                fi
+                [ -n "$line" ] || { echo "pair $p of $c: no $side line" | tee -a "$fail"; continue; }
+                echo "pair $p $line" | tee -a "$out"
+            done
+            p=$((p + 1))
+        done
+    done <"$cases"
 fi
 echo
 # roofline / cpu roof: implicit's % of roofline against wall-clock / CPU time (bench_util.h); reread:
 # generation's % of the re-read bound (weights read per f call at the bandwidth of the cache level
 # that holds them, wall-clock); pt roof: torch's, the same work in its wall-clock time, i.e.
-# implicit's % / ratio
+# implicit's % / ratio; pairs (with BENCH_PAIRS): the median ratio of the alternated pairs and the
+# lowest and highest
 awk -v threads="$threads" '
     /^machine cpu=/ { host = $0; sub(/^machine /, "", host) }
     /^(implicit|torch) / {
@@ -46,11 +93,17 @@ awk -v threads="$threads" '
         }
         if (side == "implicit" && !(name in seen)) { seen[name] = 1; order[n++] = name }
     }
+    /^pair [0-9]+ (implicit|torch) / { split($5, kv, "="); pv[$3, $4, $2] = kv[2]; if ($2 > npair[$4]) npair[$4] = $2 }
     END {
+        any = 0
+        for (c in npair) any = 1
         printf "== implicit vs PyTorch, %s threads (throughput of each case, higher is better; %% of roofline)\n", threads
         if (host != "") printf "   host: %s\n", host
-        printf "| %-19s | %-12s | %14s | %8s | %8s | %8s | %14s | %7s | %8s |\n", "case", "metric", "implicit", "roofline", "cpu roof", "reread", "pytorch", "ratio", "pt roof"
-        printf "|---------------------|--------------|----------------|----------|----------|----------|----------------|---------|----------|\n"
+        printf "| %-19s | %-12s | %14s | %8s | %8s | %8s | %14s | %7s | %8s |", "case", "metric", "implicit", "roofline", "cpu roof", "reread", "pytorch", "ratio", "pt roof"
+        if (any) printf " %-25s |", "pairs: median (range)"
+        printf "\n|---------------------|--------------|----------------|----------|----------|----------|----------------|---------|----------|"
+        if (any) printf "---------------------------|"
+        printf "\n"
         for (i = 0; i < n; i++) {
             c = order[i]
             rf = (("implicit", c) in roof) ? sprintf("%7.1f%%", roof["implicit", c]) : "-"
@@ -59,10 +112,27 @@ awk -v threads="$threads" '
             if (("torch", c) in val) {
                 ratio = val["implicit", c] / val["torch", c]
                 pr = (("implicit", c) in roof) ? sprintf("%7.1f%%", roof["implicit", c] / ratio) : "-"
-                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14.1f | %6.2fx | %8s |\n", c, unit[c], val["implicit", c], rf, cf, rr, val["torch", c], ratio, pr
+                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14.1f | %6.2fx | %8s |", c, unit[c], val["implicit", c], rf, cf, rr, val["torch", c], ratio, pr
             } else
-                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14s | %7s | %8s |\n", c, unit[c], val["implicit", c], rf, cf, rr, "-", "-", "-"
+                printf "| %-19s | %-12s | %14.1f | %8s | %8s | %8s | %14s | %7s | %8s |", c, unit[c], val["implicit", c], rf, cf, rr, "-", "-", "-"
+            if (any) {
+                k = 0
+                for (p = 1; p <= npair[c]; p++)
+                    if (("implicit", c, p) in pv && ("torch", c, p) in pv && pv["torch", c, p] > 0)
+                        q[k++] = pv["implicit", c, p] / pv["torch", c, p]
+                for (a = 1; a < k; a++) # insertion sort: a handful of pairs
+                    for (b = a; b > 0 && q[b - 1] > q[b]; b--) { t = q[b]; q[b] = q[b - 1]; q[b - 1] = t }
+                if (k == 0) printf " %-25s |", "-"
+                else {
+                    med = k % 2 ? q[(k - 1) / 2] : (q[k / 2 - 1] + q[k / 2]) / 2
+                    printf " %-25s |", sprintf("%.2fx (%.2f-%.2f, %d)", med, q[0], q[k - 1], k)
+                }
+            }
+            printf "\n"
         }
     }' "$out"
-rm -f "$out"
-exit $status
+if [ -s "$fail" ]; then
+    cat "$fail"
+    exit 1
+fi
+exit 0
