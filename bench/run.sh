@@ -14,11 +14,20 @@
 # their range to the table. The whole-run ratio compares two measurements minutes apart, and a
 # shared host's speed drifts over minutes (by 20-30% on the host of docs/benchmarks.md), which
 # moves that ratio as much; a pair, taken within seconds, sees the same host on both sides.
+# BENCH_SCALING=N (with BENCH_THREADS > 1) likewise runs every case of ours N times at one thread
+# and at BENCH_THREADS back to back, and adds the median speedup and its range.
 dir=${1:-build}
 [ $# -gt 0 ] && shift
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 1)}
 pairs=${BENCH_PAIRS:-0}
+scaling=${BENCH_SCALING:-0}
 case "$pairs" in '' | *[!0-9]*) echo "run.sh: BENCH_PAIRS must be a whole number, not '$pairs'" >&2; exit 2 ;; esac
+case "$scaling" in '' | *[!0-9]*) echo "run.sh: BENCH_SCALING must be a whole number, not '$scaling'" >&2; exit 2 ;; esac
+case "$threads" in '' | *[!0-9]* | 0) echo "run.sh: BENCH_THREADS must be a positive whole number, not '$threads'" >&2; exit 2 ;; esac
+if [ "$scaling" -gt 0 ] && [ "$threads" -eq 1 ]; then
+    echo "run.sh: BENCH_SCALING compares one thread with BENCH_THREADS threads, and BENCH_THREADS is 1" >&2
+    exit 2
+fi
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 out=$(mktemp) fail=$(mktemp) cases=$(mktemp)
 trap 'rm -f "$out" "$fail" "$cases"' EXIT
@@ -64,12 +73,26 @@ if [ "$pairs" -gt 0 ] && [ $torch_ok = 1 ]; then
         while [ $p -le "$pairs" ]; do
             for side in implicit torch; do
                 if [ $side = implicit ]; then
-                    line=$("$b" "$@" --cases "$c" | grep "^implicit $c ")
+                    line=$("$b" "$@" --cases "$c" </dev/null | grep "^implicit $c ")
                 else
-                    line=$($torch_cmd --threads "$threads" "$@" --cases "$c" | grep "^torch $c ")
+                    line=$($torch_cmd --threads "$threads" "$@" --cases "$c" </dev/null | grep "^torch $c ")
                 fi
                 [ -n "$line" ] || { echo "pair $p of $c: no $side line" | tee -a "$fail"; continue; }
                 echo "pair $p $line" | tee -a "$out"
+            done
+            p=$((p + 1))
+        done
+    done <"$cases"
+fi
+if [ "$scaling" -gt 0 ]; then
+    echo "== $scaling alternated pairs per case of ours (1 thread, then $threads)"
+    while read -r c b; do
+        p=1
+        while [ $p -le "$scaling" ]; do
+            for nt in 1 "$threads"; do
+                line=$(OMP_NUM_THREADS=$nt OPENBLAS_NUM_THREADS=$nt "$b" "$@" --cases "$c" </dev/null | grep "^implicit $c ")
+                [ -n "$line" ] || { echo "scaling pair $p of $c: no line at $nt threads" | tee -a "$fail"; continue; }
+                echo "scale $p $nt $line" | tee -a "$out"
             done
             p=$((p + 1))
         done
@@ -80,7 +103,7 @@ echo
 # generation's % of the re-read bound (weights read per f call at the bandwidth of the cache level
 # that holds them, wall-clock); pt roof: torch's, the same work in its wall-clock time, i.e.
 # implicit's % / ratio; pairs (with BENCH_PAIRS): the median ratio of the alternated pairs and the
-# lowest and highest
+# lowest and highest; x 1 thread (with BENCH_SCALING): the same for threads / one thread
 awk -v threads="$threads" '
     /^machine cpu=/ { host = $0; sub(/^machine /, "", host) }
     /^(implicit|torch) / {
@@ -94,15 +117,29 @@ awk -v threads="$threads" '
         if (side == "implicit" && !(name in seen)) { seen[name] = 1; order[n++] = name }
     }
     /^pair [0-9]+ (implicit|torch) / { split($5, kv, "="); pv[$3, $4, $2] = kv[2]; if ($2 > npair[$4]) npair[$4] = $2 }
+    /^scale [0-9]+ [0-9]+ implicit / {
+        split($6, kv, "="); sv[$3 == 1 ? "one" : "all", $5, $2] = kv[2]; if ($2 > nscale[$5]) nscale[$5] = $2
+    }
+    # " median (lowest-highest, count)" of the k values in q, sorted here
+    function summary(q, k,    a, b, t, med) {
+        if (k == 0) return "-"
+        for (a = 1; a < k; a++) # insertion sort: a handful of pairs
+            for (b = a; b > 0 && q[b - 1] > q[b]; b--) { t = q[b]; q[b] = q[b - 1]; q[b - 1] = t }
+        med = k % 2 ? q[(k - 1) / 2] : (q[k / 2 - 1] + q[k / 2]) / 2
+        return sprintf("%.2fx (%.2f-%.2f, %d)", med, q[0], q[k - 1], k)
+    }
     END {
-        any = 0
+        any = 0; anys = 0
         for (c in npair) any = 1
+        for (c in nscale) anys = 1
         printf "== implicit vs PyTorch, %s threads (throughput of each case, higher is better; %% of roofline)\n", threads
         if (host != "") printf "   host: %s\n", host
         printf "| %-19s | %-12s | %14s | %8s | %8s | %8s | %14s | %7s | %8s |", "case", "metric", "implicit", "roofline", "cpu roof", "reread", "pytorch", "ratio", "pt roof"
         if (any) printf " %-25s |", "pairs: median (range)"
+        if (anys) printf " %-25s |", sprintf("x 1 thread at %d (range)", threads)
         printf "\n|---------------------|--------------|----------------|----------|----------|----------|----------------|---------|----------|"
         if (any) printf "---------------------------|"
+        if (anys) printf "---------------------------|"
         printf "\n"
         for (i = 0; i < n; i++) {
             c = order[i]
@@ -120,13 +157,14 @@ awk -v threads="$threads" '
                 for (p = 1; p <= npair[c]; p++)
                     if (("implicit", c, p) in pv && ("torch", c, p) in pv && pv["torch", c, p] > 0)
                         q[k++] = pv["implicit", c, p] / pv["torch", c, p]
-                for (a = 1; a < k; a++) # insertion sort: a handful of pairs
-                    for (b = a; b > 0 && q[b - 1] > q[b]; b--) { t = q[b]; q[b] = q[b - 1]; q[b - 1] = t }
-                if (k == 0) printf " %-25s |", "-"
-                else {
-                    med = k % 2 ? q[(k - 1) / 2] : (q[k / 2 - 1] + q[k / 2]) / 2
-                    printf " %-25s |", sprintf("%.2fx (%.2f-%.2f, %d)", med, q[0], q[k - 1], k)
-                }
+                printf " %-25s |", summary(q, k)
+            }
+            if (anys) {
+                k = 0
+                for (p = 1; p <= nscale[c]; p++)
+                    if (("one", c, p) in sv && ("all", c, p) in sv && sv["one", c, p] > 0)
+                        q[k++] = sv["all", c, p] / sv["one", c, p]
+                printf " %-25s |", summary(q, k)
             }
             printf "\n"
         }

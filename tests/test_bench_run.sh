@@ -1,8 +1,10 @@
 #!/bin/sh
 # test_bench_run: bench/run.sh's table, with stand-in programs for both sides: the ratio of a case
 # both sides have, "-" where PyTorch has none, and with BENCH_PAIRS=N the median and range of the N
-# alternated pairs (each pair one run of each side for that case); a failing bench program makes
-# the run exit non-zero and is named; a BENCH_PAIRS that is not a number is refused. `make` installs
+# alternated pairs (each pair one run of each side for that case), with BENCH_SCALING=N the median
+# and range of N one-thread / all-thread pairs of ours; a failing bench program makes the run exit
+# non-zero and is named; a BENCH_PAIRS that is not a number, and BENCH_SCALING at one thread, are
+# refused. `make` installs
 # this script as BUILD/test_bench_run; tests/run.sh runs it from the repository root.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -45,6 +47,24 @@ sh bench/run.sh "$tmp/b" >"$tmp/out" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q '^bench_broken failed' "$tmp/out" && row c3 | grep -q '| 1.0 |' && ok ||
     bad "a failing bench: rc $rc, $(tail -3 "$tmp/out")"
 rm "$tmp/b/bench_broken"
+# two threads against one: the stand-in runs 100 tok/s on one thread and 150, 170, 160 on two
+# (the first is the whole run's): speedups 1.7, 1.6, 1.5 in the pairs
+mkdir "$tmp/s"
+cat >"$tmp/s/bench_stand" <<'PROG'
+#!/bin/sh
+if [ "$OMP_NUM_THREADS" = 1 ]; then v=100
+else
+    n=$(cat "$STAND_DIR/n2" 2>/dev/null || echo 0); echo $((n + 1)) >"$STAND_DIR/n2"
+    set -- 150 170 160; shift $((n % 3)); v=$1
+fi
+echo "implicit s1 x_tok_s=$v roofline=5.0%"
+PROG
+chmod +x "$tmp/s/bench_stand"
+BENCH_THREADS=2 BENCH_SCALING=3 sh bench/run.sh "$tmp/s" >"$tmp/out" 2>&1; rc=$?
+[ $rc -eq 0 ] && ok || bad "a run with BENCH_SCALING exited $rc: $(tail -3 "$tmp/out")"
+row s1 | grep -q '| 150.0 | 5.0% | - | - | - | - | - | 1.60x (1.50-1.70, 3) |$' && ok || bad "s1 row with scaling: $(row s1)"
+BENCH_SCALING=2 sh bench/run.sh "$tmp/s" >"$tmp/out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q 'BENCH_THREADS is 1' "$tmp/out" && ok || bad "BENCH_SCALING at one thread: rc $rc, $(cat "$tmp/out")"
 BENCH_PAIRS=two sh bench/run.sh "$tmp/b" >"$tmp/out" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q 'BENCH_PAIRS must be a whole number' "$tmp/out" && ok || bad "BENCH_PAIRS=two: rc $rc, $(cat "$tmp/out")"
 echo "test_bench_run: $pass passed, $fail failed"
