@@ -17,9 +17,10 @@
  * 6. The S6 scan (k_s6_fwd, k_s6_bwd) over whole sequences at the D-64 baselines' shape and an
  *    LM layer's, one thread: us per call and ns per state element and token.
  * 7. The elementwise functions of cpu/vmath.h over an array (kvm_*, one thread), in GB/s and as
- *    a fraction of a memcpy of the same size (read x, write y: 8 bytes per element), the memcpy
- *    timed again right before each function (a shared machine's speed drifts within a run).
- * Each number is the best of a few timed repeats (the machine is shared). Whole run < 60 s.
+ *    a share of a memcpy of the same size (read x, write y: 8 bytes per element): the median of
+ *    five rounds, each a memcpy timing and the function's right after (a shared machine's speed
+ *    drifts within a run).
+ * Each number is the best of a few timed repeats (the machine is shared). Whole run ~70 s.
  * Usage: bench_kernels [--quick] [--only gemm,gemv,bandwidth,step,scan,vmath] (--cases, which
  * bench/run.sh passes on to every program, runs nothing here: no table case is a kernel section)
  */
@@ -425,6 +426,15 @@ typedef struct { void (*fn)(float *, const float *, size_t); float *y; const flo
 static void run_vm(void *p) { VmCase *c = p; c->fn(c->y, c->x, c->n); }
 static void run_vm_memcpy(void *p) { VmCase *c = p; memcpy(c->y, c->x, c->n * sizeof(float)); }
 
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Rounds of (memcpy, function) pairs per function: a shared host's speed drifts within seconds,
+ * and a ratio taken inside one round sees the same host on both sides. */
+enum { VM_ROUNDS = 5 };
+
 static void bench_vmath(Rng *r) {
     static const struct { const char *name; void (*fn)(float *, const float *, size_t); } fs[] = {
 #define VM_CASE(f) {#f, kvm_##f},
@@ -435,14 +445,21 @@ static void bench_vmath(Rng *r) {
     float *x = randn(n, r), *y = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = 4.0f * x[i] + 4.0f; /* mostly positive: log is defined */
     VmCase c = {NULL, y, x, n};
-    printf("\nvmath.h array loops, %zu floats, 1 thread (GB/s of x read + y written; %% of the memcpy "
-           "timed right before)\n", n);
-    printf("  %-20s %8s %8s\n", "", "GB/s", "memcpy");
+    printf("\nvmath.h array loops, %zu floats, 1 thread (GB/s of x read + y written; as a share of a memcpy "
+           "of the same size: the median of %d rounds of one memcpy and one function timing, and the "
+           "lowest and highest)\n", n, VM_ROUNDS);
+    printf("  %-20s %8s %8s %8s %13s\n", "", "GB/s", "memcpy", "share", "range");
     for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
-        double gb_mc = 8.0 * n / best_time(run_vm_memcpy, &c) / 1e9;
+        double gb[VM_ROUNDS], gb_mc[VM_ROUNDS], share[VM_ROUNDS];
         c.fn = fs[f].fn;
-        double gb = 8.0 * n / best_time(run_vm, &c) / 1e9;
-        printf("  %-20s %8.1f %8.1f  (%3.0f%%)\n", fs[f].name, gb, gb_mc, 100 * gb / gb_mc);
+        for (int k = 0; k < VM_ROUNDS; k++) {
+            gb_mc[k] = 8.0 * n / best_time(run_vm_memcpy, &c) / 1e9;
+            gb[k] = 8.0 * n / best_time(run_vm, &c) / 1e9;
+            share[k] = gb[k] / gb_mc[k];
+        }
+        double med = median_of(share, VM_ROUNDS); /* sorts share: [0] lowest, [VM_ROUNDS - 1] highest */
+        printf("  %-20s %8.1f %8.1f %7.0f%%   (%3.0f-%3.0f%%)\n", fs[f].name, median_of(gb, VM_ROUNDS),
+               median_of(gb_mc, VM_ROUNDS), 100 * med, 100 * share[0], 100 * share[VM_ROUNDS - 1]);
     }
     free(x), free(y);
 }
