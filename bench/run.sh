@@ -65,7 +65,11 @@ if [ $torch_ok = 1 ]; then
     echo "== torch_bench.py --threads $threads $*"
     run torch_bench.py $torch_cmd --threads "$threads" "$@"
 fi
-if [ "$pairs" -gt 0 ] && [ $torch_ok = 1 ]; then
+# a case two programs print is paired once, with the first
+awk '!seen[$1]++' "$cases" >"$cases.u" && mv "$cases.u" "$cases"
+if [ "$pairs" -gt 0 ] && [ $torch_ok = 0 ]; then
+    echo "BENCH_PAIRS: no PyTorch side (Debian's python3-torch is not importable), so no pairs"
+elif [ "$pairs" -gt 0 ]; then
     echo "== $pairs alternated pairs per case (ours, then PyTorch's, the one case each)"
     while read -r c b; do
         grep -q "^torch $c " "$out" || continue
