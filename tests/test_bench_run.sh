@@ -4,8 +4,8 @@
 # alternated pairs (each pair one run of each side for that case), with BENCH_SCALING=N the median
 # and range of N one-thread / all-thread pairs of ours; a failing bench program makes the run exit
 # non-zero and is named; a BENCH_PAIRS that is not a number, and BENCH_SCALING at one thread, are
-# refused. `make` installs
-# this script as BUILD/test_bench_run; tests/run.sh runs it from the repository root.
+# refused. `make` installs this script as BUILD/test_bench_run; tests/run.sh runs it from the
+# repository root.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
