@@ -426,13 +426,9 @@ typedef struct { void (*fn)(float *, const float *, size_t); float *y; const flo
 static void run_vm(void *p) { VmCase *c = p; c->fn(c->y, c->x, c->n); }
 static void run_vm_memcpy(void *p) { VmCase *c = p; memcpy(c->y, c->x, c->n * sizeof(float)); }
 
-static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Rounds of (memcpy, function) pairs per function: a shared host's speed drifts within seconds,
- * and a ratio taken inside one round sees the same host on both sides. */
+ * and a ratio taken inside one round sees the same host on both sides. Odd, so that bench_util.h's
+ * median is the middle round. */
 enum { VM_ROUNDS = 5 };
 
 static void bench_vmath(Rng *r) {
@@ -457,9 +453,9 @@ static void bench_vmath(Rng *r) {
             gb[k] = 8.0 * n / best_time(run_vm, &c) / 1e9;
             share[k] = gb[k] / gb_mc[k];
         }
-        double med = median_of(share, VM_ROUNDS); /* sorts share: [0] lowest, [VM_ROUNDS - 1] highest */
-        printf("  %-20s %8.1f %8.1f %7.0f%%   (%3.0f-%3.0f%%)\n", fs[f].name, median_of(gb, VM_ROUNDS),
-               median_of(gb_mc, VM_ROUNDS), 100 * med, 100 * share[0], 100 * share[VM_ROUNDS - 1]);
+        double med = median(share, VM_ROUNDS); /* sorts share: [0] lowest, [VM_ROUNDS - 1] highest */
+        printf("  %-20s %8.1f %8.1f %7.0f%%   (%3.0f-%3.0f%%)\n", fs[f].name, median(gb, VM_ROUNDS),
+               median(gb_mc, VM_ROUNDS), 100 * med, 100 * share[0], 100 * share[VM_ROUNDS - 1]);
     }
     free(x), free(y);
 }
