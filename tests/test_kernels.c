@@ -1053,6 +1053,30 @@ static void test_copy_rows(void) {
     }
 }
 
+/* k_zero against the reference: empty, short, and long enough to split over the threads (the
+ * fork threshold forced to 0 and at its default); NaN and inf in the buffer are cleared, and the
+ * floats past n must not change. */
+static void test_zero(void) {
+    static const size_t sizes[] = {0, 1, 7, 4095, 4097, 70001, 100003};
+    double fork_ns = k_fork_ns();
+    for (int forced = 0; forced < 2; forced++) {
+        k_set_fork_ns(forced ? 0.0 : fork_ns);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            size_t n = sizes[s];
+            float *y = rnd(n + 3, 1);
+            if (n > 2) y[0] = NAN, y[n / 2] = INFINITY, y[n - 1] = -INFINITY;
+            float *yr = dup(y, n + 3);
+            k_zero(y, n);
+            k_zero_ref(yr, n);
+            char what[48];
+            snprintf(what, sizeof what, "n %zu forced %d", n, forced);
+            close_("zero", what, y, yr, n + 3, 0.0);
+            free(y), free(yr);
+        }
+    }
+    k_set_fork_ns(fork_ns);
+}
+
 /* ---- bit-identity across thread counts (STYLE §8.7) ------------------------------------------- */
 
 /* Inputs large enough that every kernel takes its parallel path; outputs land in G.out (zeroed
@@ -1122,6 +1146,10 @@ static void r_copy_rows(void) {
     memcpy(O(1), G.b, TB_N * sizeof(float));
     k_copy_rows(O(1), 296, G.a, 296, TB_N / 296, 296, 1);
 }
+static void r_zero(void) {
+    memcpy(O(0), G.a, TB_N * sizeof(float));
+    k_zero(O(0), TB_N - 5);
+}
 static void r_axpby(void) {
     memcpy(O(0), G.a, TB_N * sizeof(float));
     k_axpby(O(0), 0.3f, G.b, 0.9f, TB_N);
@@ -1170,7 +1198,8 @@ static void test_threads(void) {
         {"neg_exp", r_neg_exp}, {"mul_dsilu", r_mul_dsilu}, {"mul_dsigmoid", r_mul_dsigmoid},
         {"mul_dsoftplus_out", r_mul_dsoftplus_out}, {"embed_fwd", r_embed_fwd}, {"embed_bwd", r_embed_bwd}, {"conv1d_fwd", r_conv_fwd}, {"conv1d_bwd", r_conv_bwd},
         {"conv1d_step", r_conv_step}, {"lstm_cell_fwd", r_lstm_fwd}, {"lstm_cell_bwd", r_lstm_bwd},
-        {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}, {"copy_rows", r_copy_rows}};
+        {"adamw", r_adamw}, {"sumsq", r_sumsq}, {"axpby", r_axpby}, {"copy_rows", r_copy_rows},
+        {"zero", r_zero}};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) bitid(ours[i].name, ours[i].run);
     th_threads_restore(1);
     free(G.a), free(G.b), free(G.c), free(G.d), free(G.out), free(G.first), free(G.ids);
@@ -1195,6 +1224,7 @@ int main(void) {
     test_adamw();
     test_sumsq_axpby();
     test_copy_rows();
+    test_zero();
     test_resid_rel_inf();
     test_resid_sumsq();
     test_threads();

@@ -37,7 +37,7 @@
     X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
-    X(adamw) X(sumsq) X(resid_rel_inf) X(resid_sumsq) X(axpby) X(copy_rows) X(foreach)
+    X(adamw) X(sumsq) X(resid_rel_inf) X(resid_sumsq) X(axpby) X(copy_rows) X(zero) X(foreach)
 
 /* ---- threads -------------------------------------------------------------------------------- */
 /* Set the number of threads used by OpenMP kernels (no-op without OpenMP). OpenBLAS, where built
@@ -419,6 +419,12 @@ void k_axpby_ref(float *y, float a, const float *x, float b, size_t n);
  * copies or adds whole activations, on the kernels' threads; y and x do not overlap. */
 void k_copy_rows(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, size_t n, int add);
 void k_copy_rows_ref(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, size_t n, int add);
+/* y[0..n) = 0, on the kernels' threads: a gradient buffer cleared before a kernel that adds into
+ * it, split as the elementwise kernels split, so each part is cleared by the thread that later
+ * adds into it (a plain memset in a layer is serial: at D 64 it was the largest serial part of a
+ * Mamba-1 training step on two threads). */
+void k_zero(float *y, size_t n);
+void k_zero_ref(float *y, size_t n);
 
 /* ---- a parallel loop for the layers and solvers ---------------------------------------------
  * fn(ctx, i0, i1) for contiguous ranges covering [0, n) exactly once, in increasing order within

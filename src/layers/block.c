@@ -229,7 +229,7 @@ void block_bwd(const BlockCfg *c, const BlockW *w, BlockW *dW, float *dz, float 
     const float *g = dz_out; /* gradient arriving at z1 */
     if (has_mlp(c)) {
         k_copy_rows(g1, MD, dz_out, MD, 1, MD, 0);
-        memset(dxn, 0, MD * sizeof(float));
+        k_zero(dxn, MD);
         mlp_bwd(&c->mlp, &w->mlp, dW ? &dW->mlp : NULL, dxn, dz_out, p.xn2, masks->mlp_h,
                 masks->mlp_o, p.mlp, rest, B, T);
         rmsnorm_bwd(g1, dW ? dW->norm2_w : NULL, dxn, p.z1, w->norm2_w, p.rstd2, M, D);
@@ -238,7 +238,7 @@ void block_bwd(const BlockCfg *c, const BlockW *w, BlockW *dW, float *dz, float 
     if (dz) k_axpby(dz, 1.0f, g, 1.0f, MD); /* the residual path */
     /* the mixer's input gradient is only needed if someone consumes RMSNorm1's backward */
     float *dxn1 = (dz || dnorm_w) ? dxn : NULL;
-    if (dxn1) memset(dxn1, 0, MD * sizeof(float));
+    if (dxn1) k_zero(dxn1, MD);
     mix_bwd(c, w, dW, dxn1, du, g, p.xn1, u, masks->mixer, p.mix, rest, B, T);
     if (dxn1) rmsnorm_bwd(dz, dnorm_w, dxn1, z, w->norm_w, p.rstd1, M, D);
 }

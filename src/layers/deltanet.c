@@ -251,7 +251,7 @@ void deltanet_fwd(const DeltaCfg *c, const DeltaW *w, float *y, const float *x, 
 static void act_bwd(const DeltaCfg *c, float *d, float *tmp, float *xc, float *dconv, const float *z,
                     const float *cw, int C, int B, int T) {
     size_t n = (size_t)B * T * C;
-    memset(tmp, 0, sizeof(float) * n);
+    k_zero(tmp, n);
     if (!c->W) {
         k_silu_bwd(tmp, d, z, n);
         memcpy(d, tmp, sizeof(float) * n);
@@ -259,7 +259,7 @@ static void act_bwd(const DeltaCfg *c, float *d, float *tmp, float *xc, float *d
     }
     k_conv1d_fwd(xc, z, cw, NULL, B, T, C, c->W);
     k_silu_bwd(tmp, d, xc, n);
-    memset(d, 0, sizeof(float) * n);
+    k_zero(d, n);
     k_conv1d_bwd(d, dconv, NULL, tmp, z, cw, B, T, C, c->W);
 }
 
@@ -310,21 +310,21 @@ void deltanet_bwd(const DeltaCfg *c, const DeltaW *w, DeltaW *dW, float *dx, con
 
     /* yp = yn * silu(zg) */
     if (c->gated) {
-        memset(g.dyn, 0, sizeof(float) * M * c->HV);
-        memset(g.dzg, 0, sizeof(float) * M * c->HV);
+        k_zero(g.dyn, M * c->HV);
+        k_zero(g.dzg, M * c->HV);
         k_swiglu_bwd(g.dzg, g.dyn, g.dyp, k.zg, yn, M * c->HV);
         if (dx || dW->g_proj) k_linear_bwd(dx, dW->g_proj, NULL, g.dzg, x, w->g_proj, Mi, D, c->HV);
     }
     /* yn = RMSNorm(o) per head */
-    memset(g.dO, 0, sizeof(float) * M * c->HV);
+    k_zero(g.dO, M * c->HV);
     k_rmsnorm_bwd(g.dO, dW->o_norm, g.dyn, k.o, w->o_norm, k.rstd, Mi * c->H, c->V);
 
     /* the recurrence */
-    memset(g.dq, 0, sizeof(float) * M * c->HK);
-    memset(g.dk, 0, sizeof(float) * M * c->NK);
-    memset(g.dv, 0, sizeof(float) * M * c->NV);
-    memset(g.db, 0, sizeof(float) * M * c->NB);
-    memset(g.dg, 0, sizeof(float) * M * c->H);
+    k_zero(g.dq, M * c->HK);
+    k_zero(g.dk, M * c->NK);
+    k_zero(g.dv, M * c->NV);
+    k_zero(g.db, M * c->NB);
+    k_zero(g.dg, M * c->H);
     k_delta_bwd(g.dq, g.dk, g.dv, g.db, c->gated ? g.dg : NULL, g.dO, k.q, k.k, k.v, k.beta, k.g, B, T,
                 c->H, c->nh, c->K, c->V);
 

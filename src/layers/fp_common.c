@@ -239,8 +239,8 @@ void fpc_mix_bwd(const MixerCfg *mix, int h_dep, int symm, const MixerW *w, Mixe
     int M = B * T, E = mix->d;
     size_t ME = (size_t)M * E;
     /* x̃ = Q(p) v + yin,  v = a − yin,  p = [x ; s] | x + s | x */
-    memset(g->dv, 0, ME * sizeof(float));
-    memset(g->dp, 0, (size_t)M * mix->dp * sizeof(float));
+    k_zero(g->dv, ME);
+    k_zero(g->dp, (size_t)M * mix->dp);
     mixer_bwd(mix, w, dw, g->dp, g->dv, g->dxt, s->p, s->v, M, s->mcache, mscratch);
     k_axpby(da, 1.0f, g->dv, 1.0f, ME);
     fpc_make_p_bwd(dx, dyprev ? g->ds : NULL, g->dp, M, E, h_dep, symm);
@@ -292,8 +292,8 @@ void fpc_bc_bwd(const FpcBc *b, FpcBcGrad *g, float *dWbc, float *ds, const floa
     size_t MN = (size_t)M * N;
     float *dbraw = g->dbbar, *dcraw = g->dcbar;
     if (norm) {
-        memset(g->dbraw, 0, MN * sizeof(float));
-        memset(g->dcraw, 0, MN * sizeof(float));
+        k_zero(g->dbraw, MN);
+        k_zero(g->dcraw, MN);
         fpc_l2norm_rows_bwd(g->dbraw, g->dbbar, b->braw, M, N, eps);
         fpc_l2norm_rows_bwd(g->dcraw, g->dcbar, b->craw, M, N, eps);
         dbraw = g->dbraw;
@@ -324,17 +324,17 @@ void fpc_gate_out_bwd(float *dy, float *dz, float *dWout, LinearW *dzy, const fl
                       float *dgy, float *dzs, float *dsy, int B, int T, int E, int D) {
     int M = B * T;
     size_t ME = (size_t)M * E;
-    memset(dy, 0, ME * sizeof(float));
+    k_zero(dy, ME);
     if (!zy) {
         k_linear_bwd(dy, dWout, NULL, dout, y, Wout, M, E, D);
         return;
     }
-    memset(dgy, 0, ME * sizeof(float));
+    k_zero(dgy, ME);
     k_linear_bwd(dgy, dWout, NULL, dout, gy, Wout, M, E, D);
-    memset(dzs, 0, ME * sizeof(float)); /* dy is zero here too: both accumulate */
+    k_zero(dzs, ME); /* dy is zero here too: both accumulate */
     k_swiglu_bwd(dzs, dy, dgy, zs, y, ME);
     k_axpby(dz, 1.0f, dzs, 1.0f, ME);
-    memset(dsy, 0, ME * sizeof(float));
+    k_zero(dsy, ME);
     k_linear_bwd(dsy, dzy ? dzy->W : NULL, NULL, dzs, sy, zy->W, M, E, E);
     fpc_shift_bwd(dy, dsy, B, T, E);
 }
@@ -500,7 +500,7 @@ void fpc_graded_bwd(const FpLayerOps *L, const void *c, const void *w, void *dw,
     float *dy = ((FpcBufs *)st)->dy, *dprev = ((FpcBufs *)st)->dprev;
     for (int k = p.n_back - 1; k >= 0; k--) {
         float *dp = k > 0 ? dprev : NULL;
-        if (dp) memset(dp, 0, ME * sizeof(float));
+        if (dp) k_zero(dp, ME);
         L->bwd_step(c, w, dw, st, k, dy, dp, B, T);
         if (dp) memcpy(dy, dp, ME * sizeof(float));
     }

@@ -223,16 +223,16 @@ static void step_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, const
                      BwdScratch *g, const float *dy, float *dyprev, int B, int T) {
     int M = B * T, E = c->E, N = c->N;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    memset(g->dop, 0, ME * sizeof(float));
+    k_zero(g->dop, ME);
     layernorm_bwd(g->dop, dw->ln_w, dw->ln_b, dy, s->o, w->ln_w, s->ln, M, E);
     if (c->glu_in_loop) fpc_glu_bwd(g->dz, g->dop, s->opre, f->z, ME);
-    memset(g->mix.dxt, 0, ME * sizeof(float));
-    memset(g->bc.dbbar, 0, MN * sizeof(float));
-    memset(g->bc.dcbar, 0, MN * sizeof(float));
+    k_zero(g->mix.dxt, ME);
+    k_zero(g->bc.dbbar, MN);
+    k_zero(g->bc.dcbar, MN);
     k_s6_bwd(g->mix.dxt, g->ddt, g->dA, g->bc.dbbar, g->bc.dcbar, dw->Dskip, g->dop, s->mix.xt, f->dt, f->A,
              s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
     /* W_bc: ds only matters when chaining to an earlier step */
-    memset(g->mix.ds, 0, ME * sizeof(float));
+    k_zero(g->mix.ds, ME);
     fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, c->bc_norm, c->eps);
     /* x̃ = Q(p)(xc − yin) + yin, p from xc and s */
     fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dxc, g->dxc, dyprev,
@@ -335,19 +335,19 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
     int M = B * T, E = c->E, N = c->N, R = c->R, D = c->D;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
     const float *y = f->step[c->n_back - 1].y;
-    memset(g->dz, 0, ME * sizeof(float));
-    memset(g->dxc, 0, ME * sizeof(float));
-    memset(g->ddt, 0, ME * sizeof(float));
-    memset(g->bc.dB, 0, MN * sizeof(float));
-    memset(g->bc.dC, 0, MN * sizeof(float));
-    memset(g->dA, 0, (size_t)E * N * sizeof(float));
+    k_zero(g->dz, ME);
+    k_zero(g->dxc, ME);
+    k_zero(g->ddt, ME);
+    k_zero(g->bc.dB, MN);
+    k_zero(g->bc.dC, MN);
+    k_zero(g->dA, (size_t)E * N);
     fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
                      c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
     /* the graded steps, last first (fp_common.c); then the prepare part: Δ = softplus(dtpre),
      * dtpre = dlow W_dtᵀ + b_dt, [δlow ; B ; C] = W_x xc, conv, W_in */
     fpc_graded_bwd(&fp_mamba_layer, c, w, dw, sv, B, T);
     k_mul_sigmoid(g->ddt, f->dtpre, NULL, M, E); /* softplus' = sigmoid */
-    memset(g->ddlow, 0, (size_t)M * R * sizeof(float));
+    k_zero(g->ddlow, (size_t)M * R);
     k_linear_bwd(g->ddlow, dw->dt_w, dw->dt_b, g->ddt, f->dlow, w->dt_w, M, R, E);
     k_linear_bwd(g->dxc, dw->x_proj, NULL, g->ddlow, f->xc, w->x_proj, M, E, R);
     k_linear_bwd(g->dxc, dw->x_proj ? dw->x_proj + (size_t)R * E : NULL, NULL, g->bc.dB, f->xc,
@@ -361,9 +361,9 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
         /* xc = silu(conv(xpre)): recompute the conv output for silu' */
         float *pre = g->mix.dv;
         k_conv1d_fwd(pre, f->xpre, w->conv_w, w->conv_b, B, T, E, c->W);
-        memset(g->dxpre, 0, ME * sizeof(float));
+        k_zero(g->dxpre, ME);
         float *dconv = g->mix.dxt;
-        memset(dconv, 0, ME * sizeof(float));
+        k_zero(dconv, ME);
         k_silu_bwd(dconv, g->dxc, pre, ME);
         k_conv1d_bwd(g->dxpre, dw->conv_w, dw->conv_b, dconv, f->xpre, w->conv_w, B, T, E, c->W);
         dxpre = g->dxpre;

@@ -225,16 +225,16 @@ static void step_bwd(const FpMamba2Cfg *c, const FpMamba2W *w, FpMamba2W *dw, co
                      BwdScratch *g, const float *dy, float *dyprev, int B, int T) {
     int M = B * T, E = c->E, N = c->N;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
-    memset(g->dop, 0, ME * sizeof(float));
+    k_zero(g->dop, ME);
     k_gated_rmsnorm_bwd(g->dop, g->dz, dw->norm_w, dy, s->o, f->z, w->norm_w, s->rstd, M, E);
     if (c->glu_in_loop) fpc_glu_bwd(g->dz, g->dop, s->opre, f->z, ME);
-    memset(g->mix.dxt, 0, ME * sizeof(float));
-    memset(g->bc.dbbar, 0, MN * sizeof(float));
-    memset(g->bc.dcbar, 0, MN * sizeof(float));
+    k_zero(g->mix.dxt, ME);
+    k_zero(g->bc.dbbar, MN);
+    k_zero(g->bc.dcbar, MN);
     k_ssd_bwd(g->mix.dxt, g->ddt, g->dA, g->bc.dbbar, g->bc.dcbar, dw->Dskip, NULL, g->dop, NULL, s->mix.xt, f->dt,
               f->A, s->bc.bbar, s->bc.cbar, w->Dskip, NULL, s->saved, B, T, c->H, c->P, N);
     /* W_bc: the gradient on s only matters when chaining to an earlier graded step */
-    memset(g->mix.ds, 0, ME * sizeof(float));
+    k_zero(g->mix.ds, ME);
     fpc_bc_bwd(&s->bc, &g->bc, dw->bc.W, dyprev ? g->mix.ds : NULL, w->bc.W, s->mix.s, M, E, N, 1, c->eps);
     /* x̃ = Q(p)(x − yin) + yin, p from x and s */
     fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dx, g->dx, dyprev, g->mscratch,
@@ -328,12 +328,12 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
     int M = B * T, E = c->E, N = c->N, D = c->D, C = c->C, H = c->H;
     size_t ME = (size_t)M * E, MN = (size_t)M * N;
     const float *y = f->step[c->n_back - 1].y;
-    memset(g->dz, 0, ME * sizeof(float));
-    memset(g->dx, 0, ME * sizeof(float));
-    memset(g->ddt, 0, (size_t)M * H * sizeof(float));
-    memset(g->bc.dB, 0, MN * sizeof(float));
-    memset(g->bc.dC, 0, MN * sizeof(float));
-    memset(g->dA, 0, (size_t)H * sizeof(float));
+    k_zero(g->dz, ME);
+    k_zero(g->dx, ME);
+    k_zero(g->ddt, (size_t)M * H);
+    k_zero(g->bc.dB, MN);
+    k_zero(g->bc.dC, MN);
+    k_zero(g->dA, (size_t)H);
     fpc_gate_out_bwd(g->dy, g->dz, dw->out_proj, &dw->zy, dout, y, f->sy, f->zs, f->gy,
                      c->glu_in_loop ? NULL : &w->zy, w->out_proj, g->dgy, g->dzs, g->dsy, B, T, E, D);
     /* the graded steps, last first (fp_common.c); then the prepare part: Δ = softplus(δ + dt_bias),
@@ -358,9 +358,9 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
         float *pre = g->dpre;
         k_conv1d_fwd(pre, f->xbc_pre, w->conv_w, w->conv_b, B, T, C, c->W);
         /* dconv = dxbc ⊙ silu'(pre), the gradient on the conv output */
-        memset(g->dconv, 0, (size_t)M * C * sizeof(float));
+        k_zero(g->dconv, (size_t)M * C);
         k_silu_bwd(g->dconv, g->dxbc, pre, (size_t)M * C);
-        memset(g->dxbc, 0, (size_t)M * C * sizeof(float));
+        k_zero(g->dxbc, (size_t)M * C);
         k_conv1d_bwd(g->dxbc, dw->conv_w, dw->conv_b, g->dconv, f->xbc_pre, w->conv_w, B, T, C, c->W);
         dxbc_pre = g->dxbc;
     }

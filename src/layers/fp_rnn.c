@@ -251,7 +251,7 @@ static void step_fwd(const FpRnnCfg *c, const FpRnnW *w, const FwdCache *f, Step
 static void step_bwd(const FpRnnCfg *c, const FpRnnW *w, FpRnnW *dw, const FwdCache *f, const StepBufs *s,
                      BwdScratch *g, const float *dh, float *dhprev, int B, int T) {
     dscan_bwd(g->mix.dxt, g->dlam, dh, f->lam, s->mix.xt, s->h, B, T, c->E);
-    memset(g->mix.ds, 0, (size_t)B * T * c->E * sizeof(float));
+    k_zero(g->mix.ds, (size_t)B * T * c->E);
     fpc_mix_bwd(&c->mix, c->h_dep, c->symm, w->mixer, dw->mixer, &s->mix, &g->mix, g->dbx, g->dxm, dhprev, g->mscratch,
                 B, T);
 }
@@ -336,7 +336,7 @@ static void carve_bwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int
 
 /* dpre = dact ⊙ silu'(pre) (written) */
 static void silu_back(float *dpre, const float *dact, const float *pre, size_t n) {
-    memset(dpre, 0, n * sizeof(float));
+    k_zero(dpre, n);
     k_silu_bwd(dpre, dact, pre, n);
 }
 
@@ -358,23 +358,23 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
     int M = B * T, E = c->E, D = c->D, W = c->W;
     size_t ME = (size_t)M * E;
     const float *h = f->step[c->n_back - 1].h;
-    memset(g->dz, 0, ME * sizeof(float));
-    memset(g->dx, 0, ME * sizeof(float));
-    memset(g->dlam, 0, ME * sizeof(float));
-    memset(g->dbx, 0, ME * sizeof(float));
-    memset(g->dxm, 0, ME * sizeof(float));
-    memset(g->dh, 0, ME * sizeof(float));
-    memset(g->dnrm, 0, ME * sizeof(float));
+    k_zero(g->dz, ME);
+    k_zero(g->dx, ME);
+    k_zero(g->dlam, ME);
+    k_zero(g->dbx, ME);
+    k_zero(g->dxm, ME);
+    k_zero(g->dh, ME);
+    k_zero(g->dnrm, ME);
     k_linear_bwd(g->dnrm, dw->o_proj, NULL, dout, f->nrm, w->o_proj, M, E, D);
-    memset(g->dyv, 0, ME * sizeof(float));
+    k_zero(g->dyv, ME);
     k_gated_rmsnorm_bwd(g->dyv, g->dz, dw->norm_w, g->dnrm, f->yv, f->z, w->norm_w, f->rstd, M, E);
     for (size_t i = 0; i < ME; i++) g->dh[i] += g->dyv[i] * f->cg[i];
-    memset(g->dt2, 0, ME * sizeof(float)); /* d cpre: yv = silu(cpre) h */
+    k_zero(g->dt2, ME); /* d cpre: yv = silu(cpre) h */
     k_swiglu_bwd(g->dt2, NULL, g->dyv, f->cpre, h, ME);
-    memset(g->dcc, 0, 2 * ME * sizeof(float));
+    k_zero(g->dcc, 2 * ME);
     k_linear_bwd(g->dcc, dw->c_w, NULL, g->dt2, f->cc, w->c_w, M, 2 * E, E);
     silu_back(g->dt1, g->dcc, f->ccpre, 2 * ME);
-    memset(g->dcin, 0, 2 * ME * sizeof(float));
+    k_zero(g->dcin, 2 * ME);
     k_conv1d_bwd(g->dcin, dw->cc_w, dw->cc_b, g->dt1, f->cin, w->cc_w, B, T, 2 * E, W);
     for (int m = 0; m < M; m++) {
         const float *r = g->dcin + (size_t)m * 2 * E;
@@ -388,19 +388,19 @@ static void bwd(const void *cv, const void *wv, void *dwv, void *sv, const float
      * bx = silu(W_b x^b) ⊙ x, then the four branch convs */
     fpc_graded_bwd(&fp_rnn_layer, c, w, dw, sv, B, T);
     float *dact[N_BR] = {g->dx, g->dt1, g->dt1 + ME, g->dxm}; /* dt1 (2ME) holds d x^b | d x^λ */
-    memset(g->dt1, 0, 2 * ME * sizeof(float));
+    k_zero(g->dt1, 2 * ME);
     for (size_t i = 0; i < ME; i++) {
         float l = f->lam[i];
         g->dlam[i] *= l * (1.0f - l);
         g->dx[i] += g->dbx[i] * f->bg[i];
     }
-    memset(g->dt2, 0, ME * sizeof(float)); /* d bpre: bx = silu(bpre) x */
+    k_zero(g->dt2, ME); /* d bpre: bx = silu(bpre) x */
     k_swiglu_bwd(g->dt2, NULL, g->dbx, f->bpre, f->act[BR_X], ME);
     k_linear_bwd(dact[BR_L], dw->lam_w, dw->lam_b, g->dlam, f->act[BR_L], w->lam_w, M, E, E);
     k_linear_bwd(dact[BR_B], dw->b_w, NULL, g->dt2, f->act[BR_B], w->b_w, M, E, E);
     float *cw[N_BR] = {w->cx_w, w->cb_w, w->cl_w, w->cm_w};
     float *dcw[N_BR] = {dw->cx_w, dw->cb_w, dw->cl_w, dw->cm_w}, *dcb[N_BR] = {dw->cx_b, dw->cb_b, dw->cl_b, dw->cm_b};
-    memset(g->dxpre, 0, ME * sizeof(float));
+    k_zero(g->dxpre, ME);
     for (int i = 0; i < N_BR; i++) {
         silu_back(g->dnrm, dact[i], f->pre[i], ME); /* dnrm is free again */
         k_conv1d_bwd(g->dxpre, dcw[i], dcb[i], g->dnrm, f->xpre, cw[i], B, T, E, W);

@@ -63,7 +63,7 @@ void head_loss_bwd(float *dh, float *dE, float dloss, const float *cache, float 
     /* d(mean)/d(row loss) = dloss / count for every kept row; the kernel skips ignored rows */
     float *drow = scratch, *dlogits = scratch + M; /* (M), (M,V) */
     for (int i = 0; i < M; i++) drow[i] = dloss / (float)n;
-    memset(dlogits, 0, (size_t)M * (size_t)V * sizeof(float));
+    k_zero(dlogits, (size_t)M * (size_t)V);
     k_xent_bwd(dlogits, cache, targets, drow, M, V, ignore);
     /* logits = h E^T is a bias-free linear with weight E: dh += dlogits E, dE += dlogits^T h */
     k_linear_bwd(dh, dE, NULL, dlogits, h, E, M, D, V);

@@ -194,17 +194,17 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
         k_linear_bwd(NULL, dW->out_proj, NULL, dy, s.g2, w->out_proj, (int)M, E, D);
     }
     /* dz (g2), do (g3) */
-    memset(s.g2, 0, sizeof(float) * ME);
-    memset(s.g3, 0, sizeof(float) * ME);
+    k_zero(s.g2, ME);
+    k_zero(s.g3, ME);
     k_swiglu_bwd(s.g2, s.g3, s.g1, k.z, k.o, ME);
 
     /* o = S6(xa, dt, A, Bm, Cm, D): dxa (g1), ddt (g4), dA, dBm | dCm (blocks of dk) */
     float *ddl = s.dk, *dbm = s.dk + M * R, *dcm = dbm + M * N;
-    memset(s.g1, 0, sizeof(float) * ME);
-    memset(s.g4, 0, sizeof(float) * ME);
-    memset(dbm, 0, sizeof(float) * M * 2 * N);
+    k_zero(s.g1, ME);
+    k_zero(s.g4, ME);
+    k_zero(dbm, M * 2 * N);
     int want_dA = dW && dW->A_log;
-    if (want_dA) memset(s.dA, 0, sizeof(float) * (size_t)E * N);
+    if (want_dA) k_zero(s.dA, (size_t)E * N);
     k_s6_bwd(s.g1, s.g4, want_dA ? s.dA : NULL, dbm, dcm, dW ? dW->Dskip : NULL, s.g3, s.xa, k.dt, s.A,
              k.bm, k.cm, w->Dskip, B, T, E, N);
     if (want_dA) /* A = -exp(A_log): dA_log = dA * A */
@@ -212,7 +212,7 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
 
     /* dt = softplus(v), v = dt_proj(dl) + b:  dv = ddt * sigmoid(v) = ddt * -expm1(-dt) (in g4) */
     k_mul_dsoftplus_out(s.g4, k.dt, ME);
-    memset(ddl, 0, sizeof(float) * M * R);
+    k_zero(ddl, M * R);
     k_linear_bwd(ddl, dW ? dW->dt_proj : NULL, dW ? dW->dt_bias : NULL, s.g4, k.dl, w->dt_proj, (int)M, R, E);
 
     /* dl | Bm | Cm = x_proj(xa), three row blocks: dxa += dk_i Wx_i;  dWx_i += dk_i^T xa */
@@ -227,9 +227,9 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
     }
 
     /* xa = silu(xc), xc = conv(xin):  dxc (g3, do is dead), dxin (g4, dv is dead) */
-    memset(s.g3, 0, sizeof(float) * ME);
+    k_zero(s.g3, ME);
     k_silu_bwd(s.g3, s.g1, s.xc, ME);
-    memset(s.g4, 0, sizeof(float) * ME);
+    k_zero(s.g4, ME);
     k_conv1d_bwd(s.g4, dW ? dW->conv_w : NULL, dW ? dW->conv_b : NULL, s.g3, k.xin, w->conv_w, B, T, E,
                  c->W);
 

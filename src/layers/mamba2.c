@@ -362,9 +362,9 @@ static void conv_bwd(const Mamba2Cfg *c, const Mamba2W *w, const Mamba2W *dW, co
                      const Grads *g, float *dxc, const float *zx, int B, int T) {
     const Parts p = parts_of(c);
     const size_t M = (size_t)B * T;
-    memset(dxc, 0, sizeof(float) * M * c->C);
+    k_zero(dxc, M * c->C);
     k_silu_bwd(dxc, g->dxa, f->xc, M * c->C);
-    memset(g->dzx + M * c->E, 0, sizeof(float) * M * c->C); /* the x | B | C blocks */
+    k_zero(g->dzx + M * c->E, M * c->C); /* the x | B | C blocks */
     for (int i = PX; i <= PC; i++) {
         size_t ch = (size_t)(p.off[i] - c->E), o = M * (size_t)p.off[i];
         k_conv1d_bwd(g->dzx + o, dW && dW->conv_w ? dW->conv_w + ch * c->W : NULL,
@@ -408,15 +408,15 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
 
     /* yn = GatedRMSNorm(ys, zgate): dzgate goes straight into dzx's zgate block */
     float *dzg = blk(g.dzx, &p, M, PZ);
-    memset(g.dys, 0, sizeof(float) * M * E);
-    memset(dzg, 0, sizeof(float) * M * E);
+    k_zero(g.dys, M * E);
+    k_zero(dzg, M * E);
     k_gated_rmsnorm_bwd(g.dys, dzg, dW ? dW->norm_w : NULL, g.dyn, k.ys, k.zx, w->norm_w, k.rstd,
                         (int)M, E);
 
     /* ys = SSD(xs, dt, A, Bm, Cm) + Dskip xs */
-    memset(g.dxa, 0, sizeof(float) * M * c->C);
-    memset(g.ddt, 0, sizeof(float) * M * H);
-    memset(g.dA, 0, sizeof(float) * H);
+    k_zero(g.dxa, M * c->C);
+    k_zero(g.ddt, M * H);
+    k_zero(g.dA, H);
     float *dxs = g.dxa, *dbm = g.dxa + M * E, *dcm = dbm + M * N;
     k_ssd_bwd(dxs, g.ddt, g.dA, dbm, dcm, dW ? dW->Dskip : NULL, NULL, g.dys, NULL, f.xs, k.dt, f.A,
               f.bm, f.cm, w->Dskip, NULL, k.saved, B, T, H, c->P, N);

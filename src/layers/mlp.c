@@ -150,12 +150,12 @@ void mlp_bwd(const MlpCfg *c, const MlpW *w, MlpW *dW, float *dx, const float *d
         k_linear_bwd(NULL, dW->fc2, NULL, gyo, s, w->fc2, M, h, D);
     }
     if (!dx && !dWa && !dWb) return;
-    memset(gs, 0, Mh * sizeof(float));
+    k_zero(gs, Mh);
     linear_bwd_pk(gs, NULL, NULL, gyo, s, w->fc2, pack_of(c, w, PK_FC2), M, h, D); /* x unused without dW */
     if (mask_h) apply_mask(gs, mask_h, B, T, h);
 
     /* through s = silu(a) * b, then the two input projections */
-    memset(ga, 0, 2 * Mh * sizeof(float)); /* ga and gb are adjacent */
+    k_zero(ga, 2 * Mh); /* ga and gb are adjacent */
     k_swiglu_bwd(ga, gb, gs, a, bb, Mh);
     if (dx || dWa) linear_bwd_pk(dx, dWa, NULL, ga, x, Wa, pack_of(c, w, PK_A), M, D, h);
     if (dx || dWb) linear_bwd_pk(dx, dWb, NULL, gb, x, Wb, pack_of(c, w, PK_B), M, D, h);

@@ -417,13 +417,13 @@ static void f_bwd(Model *m, float *dz_in, const float *dz_out, const float *cach
     size_t M = (size_t)B * T, MD = M * im->D;
     const float *hL = cache + (size_t)im->L * (MD + im->block_cache_per);
     float *dh = im->dh, *dprev = im->dh2;
-    memset(dh, 0, MD * sizeof(float));
+    k_zero(dh, MD);
     rmsnorm_bwd(dh, params ? im->deff + im->o_norm_f : NULL, dz_out, hL, eff_at(im, im->o_norm_f), hL + MD, (int)M, im->D);
     for (int l = im->L - 1; l >= 0; l--) {
         const float *zin = cache + (size_t)l * (MD + im->block_cache_per);
         BlockMasks bm = layer_masks(im, l, B);
         float *target = l == 0 ? dz_in : dprev;
-        if (l > 0) memset(dprev, 0, MD * sizeof(float));
+        if (l > 0) k_zero(dprev, MD);
         block_bwd(&im->bc, &im->w[l], params ? &im->dw[l] : NULL, target, params ? im->dub : NULL, dh, zin, im->ub, &bm,
                   zin + MD, im->scratch, B, T);
         if (l > 0) { float *t = dh; dh = dprev; dprev = t; }
@@ -588,7 +588,7 @@ static int fwd(Model *m, const int *ids, const int *targets, int B, int T, float
     int rc = IM_OK;
     /* the training forward: in training, or evaluated as such (no dropout, no gradient) */
     int train_fwd = m->training || m->eval_solve == 1, grad = m->training;
-    memset(im->zs, 0, MD * sizeof(float));   /* z0 = 0 (spec §2.3) */
+    k_zero(im->zs, MD);   /* z0 = 0 (spec §2.3) */
     if (train_fwd && m->train_step < c->pretrain_steps) {
         im->mode = MODE_UNROLLED;
         m->fp_phase = "unrolled";
@@ -677,7 +677,7 @@ static void jac_reg_bwd(Model *m, int B, int T) {
     float *eps = im->dz2, *v = im->dz, *fo = im->hbuf, *zp = im->hbuf + MD, *slot = im->fcache;
     for (size_t i = 0; i < MD; i++) eps[i] = rng_normal(&m->rng);
     f_fwd(m, fo, zstar, slot, B, T);
-    memset(v, 0, MD * sizeof(float));
+    k_zero(v, MD);
     f_bwd(m, v, eps, slot, 0, B, T); /* v = Jᵀε */
     double vv = 0, zz = 0;
     for (size_t i = 0; i < MD; i++) vv += (double)v[i] * v[i], zz += (double)zstar[i] * zstar[i];
@@ -702,9 +702,9 @@ static void bwd(Model *m) {
     int B = m->B, T = m->T, M = B * T;
     size_t MD = (size_t)M * im->D;
     CHECK(im->stack.ends.has_targets && im->mode != MODE_EVAL, "model_bwd needs a training forward with targets");
-    memset(im->deff, 0, im->eff_tab.total * sizeof(float));
-    memset(im->dub, 0, (size_t)M * im->K * sizeof(float));
-    memset(im->dz, 0, MD * sizeof(float));
+    k_zero(im->deff, im->eff_tab.total);
+    k_zero(im->dub, (size_t)M * im->K);
+    k_zero(im->dz, MD);
     const float *E = lm_head_w(m, m->params);
     head_loss_bwd(im->dz, lm_head_w(m, m->grads), 1.0f, im->stack.ends.head_cache, im->stack.ends.head_scratch,
                   im->zs + (size_t)im->S * MD, E, im->stack.ends.targets, M, m->V, im->D, IGNORE_INDEX);
@@ -732,11 +732,11 @@ static void bwd(Model *m) {
     m->jac_loss = 0;
     if (m->cfg.jac_weight > 0 && im->mode != MODE_UNROLLED && jac_due(m)) jac_reg_bwd(m, B, T);
     /* injection: u = Linear_inj(RMSNorm_inj(x0)) */
-    memset(im->dxn, 0, MD * sizeof(float));
+    k_zero(im->dxn, MD);
     block_u_to_rows(&im->bc, im->du, im->dub, (size_t)M);
     k_linear_bwd(im->dxn, im->deff + im->o_inj_w, im->deff + im->o_inj_b, im->du, im->xn_inj, eff_at(im, im->o_inj_w), M,
                  im->D, im->K);
-    memset(im->dz, 0, MD * sizeof(float));
+    k_zero(im->dz, MD);
     rmsnorm_bwd(im->dz, im->deff + im->o_inj_norm, im->dxn, im->stack.ends.x0, eff_at(im, im->o_inj_norm), im->rstd_inj, M,
                 im->D);
     lm_embed_bwd(m, &im->stack.ends, im->dz, B, T);
@@ -761,7 +761,7 @@ static int spectral_radius(Model *m, const int *ids, int B, int T, int iters, do
         FpOpts o;
         FpStats st = {0};
         solver_opts(&m->cfg, 1, &o);
-        memset(im->zs, 0, MD * sizeof(float));
+        k_zero(im->zs, MD);
         if (o.max_iter >= 2) rc = fp_solve(&map, im->zs, &o, &st, im->solver_scratch);
         if (!rc) {
             f_fwd(m, im->fout, im->zs, im->fcache, B, T);

@@ -105,7 +105,7 @@ void lm_head_bwd(Model *m, LmEnds *e, float *dz, const float *z, int B, int T) {
     CHECK(e->has_targets, "model_bwd needs a forward with targets");
     const float *E = lm_ends_head_w(m, e, m->params);
     const float *nw = model_tensor(m, m->params, NORM_F_NAME);
-    memset(e->dhf, 0, (size_t)M * D * sizeof(float));
+    k_zero(e->dhf, (size_t)M * D);
     head_loss_bwd(e->dhf, lm_ends_head_w(m, e, m->grads), 1.0f, e->head_cache, e->head_scratch, e->hf, E,
                   e->targets, M, m->V, D, IGNORE_INDEX);
     blocknorm_bwd(lm_norm_type(m), dz, model_tensor(m, m->grads, NORM_F_NAME), norm_f_bias(m, m->grads), e->dhf, z, nw,

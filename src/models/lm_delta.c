@@ -232,10 +232,10 @@ static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *
     float *dxn = scratch + work_floats(lm, B, T) + lm_floats_up(MD);
     /* dx is dL/dr at the current point of the stream: both residual adds pass dy on unchanged */
     k_axpby(dx, 1.0f, dy, 1.0f, MD);
-    memset(dxn, 0, MD * sizeof(float));
+    k_zero(dxn, MD);
     mlp_bwd(&lm->mc, &w->mlp, &dw->mlp, dxn, dy, s.x1, NULL, NULL, s.pcache, scratch, B, T);
     rmsnorm_bwd(dx, dw->norm2, dxn, s.r1, w->norm2, s.s1, M, D);
-    memset(dxn, 0, MD * sizeof(float));
+    k_zero(dxn, MD);
     deltanet_bwd(&lm->dc, &w->mix, &dw->mix, dxn, dx, s.x0, s.mcache, scratch, B, T);
     rmsnorm_bwd(dx, dw->norm, dxn, x, w->norm, s.s0, M, D);
 }

@@ -197,7 +197,7 @@ static void layer_bwd(Model *m, int l, float *dx, const float *dy, const float *
     const size_t MD = (size_t)M * D;
     ResidCache c = cache_at(m, (float *)cache, B, T);
     float *dxn = scratch + lm_floats_up(lm->kind->scratch_floats(lm->kcfg, B, T));
-    memset(dxn, 0, MD * sizeof(float));
+    k_zero(dxn, MD);
     LmMixCtx ctx = ctx_of(m, l);
     lm->kind->bwd(&ctx, wl(lm, lm->w, l), wl(lm, lm->dw, l), dxn, dy, c.xn, c.mix, scratch, B, T);
     k_axpby(dx, 1.f, dy, 1.f, MD); /* the identity path; the norm adds d(Norm_l) */

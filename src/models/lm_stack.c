@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 #include "../layers/embed.h"
 
 static LmStack *stack_of(const Model *m) { return m->impl; }
@@ -101,10 +102,10 @@ void lm_stack_bwd(Model *m) {
     CHECK(s->dx, "model_bwd after a no_grad forward (nothing was kept for the backward)");
     int B = m->B, T = m->T, L = m->cfg.n_layer;
     size_t MD = (size_t)B * T * m->cfg.d_model;
-    memset(s->dx, 0, MD * sizeof(float));
+    k_zero(s->dx, MD);
     lm_head_bwd(m, &s->ends, s->dx, slot(m, L), B, T);
     for (int l = L - 1; l >= 0; l--) {
-        memset(s->dx2, 0, MD * sizeof(float));
+        k_zero(s->dx2, MD);
         s->ops->bwd(m, l, s->dx2, s->dx, slot(m, l), s->cache + (size_t)l * s->cache_per, s->scratch, B, T);
         float *t = s->dx; s->dx = s->dx2; s->dx2 = t;
     }

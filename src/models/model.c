@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "../core/check.h"
+#include "../kernels/kernels.h"
 
 /* More parameters than this is a mistake in the config, not a model to train on a CPU: 2^34
  * floats = 69 GB per copy, and training keeps four (weights, gradients, two AdamW moments). */
@@ -138,7 +139,7 @@ void model_init_params(Model *m, uint64_t seed) {
     if (m->type->post_init) m->type->post_init(m);
 }
 
-void model_zero_grad(Model *m) { memset(m->grads, 0, m->tab.total * sizeof(float)); }
+void model_zero_grad(Model *m) { k_zero(m->grads, m->tab.total); }
 
 int model_plan(Model *m, int B, int T) {
     if (B < 1 || T < 1) return err_set(IM_EINVAL, "batch %d and length %d must be >= 1", B, T);

@@ -435,6 +435,19 @@ void k_copy_rows(float *y, size_t ldy, const float *x, size_t ldx, size_t rows, 
            for (size_t r = 0; r < rows; r++) copy_rows_range(y, ldy, x, ldx, r, r + 1, n, add));
 }
 
+/* The elementwise kernels' split (schedule(static) over the elements), one memset per thread. */
+void k_zero(float *y, size_t n) {
+    int nt = kt_team((double)n * KT_NS_COPY, (long)(n / COPY_PIECE));
+    if (nt <= 1) {
+        if (n) memset(y, 0, n * sizeof(float));
+        return;
+    }
+    KT_FOR(nt, for (int t = 0; t < nt; t++) {
+        size_t i0 = n * (size_t)t / (size_t)nt, i1 = n * (size_t)(t + 1) / (size_t)nt;
+        memset(y + i0, 0, (i1 - i0) * sizeof(float));
+    });
+}
+
 /* Per token: running maxima of |y - F| and |F| in double vectors (the floats converted exactly),
  * max(d, acc) keeping acc when d is NaN as the reference's d > acc does, and f * 0 summed, which
  * turns NaN when F holds an inf or a NaN. The maxima are exact, so any split of the elements gives

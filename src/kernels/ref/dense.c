@@ -485,6 +485,10 @@ void k_copy_rows_ref(float *y, size_t ldy, const float *x, size_t ldx, size_t ro
         for (size_t i = 0; i < n; i++) y[r * ldy + i] = add ? y[r * ldy + i] + x[r * ldx + i] : x[r * ldx + i];
 }
 
+void k_zero_ref(float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = 0.0f;
+}
+
 void k_foreach_ref(long n, double ns_per_item, KForeachFn fn, void *ctx) {
     (void)ns_per_item; /* the reference never forks */
     if (n > 0) fn(ctx, 0, n);
