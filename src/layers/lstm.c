@@ -48,6 +48,31 @@ static const float *bias_sum(float *bsum, const LstmW *w, int G) {
     return bsum;
 }
 
+/* dst (Q,P,n) = src (P,Q,n): the (B,T,.) <-> (T,B,.) reorders between the toolkit's layout and
+ * the recurrence's, one k_foreach over P so that both threads copy (as separate calls of a few
+ * KB per step, each was too small to fork, and the copies ran serially). */
+typedef struct {
+    float *dst;
+    const float *src;
+    int P, Q, n;
+} SwapAxes;
+
+/* One-thread cost of a copied float (rows of 0.25-1 KB out of L2), for k_foreach's fork decision. */
+#define NS_PER_FLOAT_COPIED 0.1
+
+static void swap_axes_range(void *ctx, long p0, long p1) {
+    const SwapAxes *a = ctx;
+    const size_t n = (size_t)a->n;
+    for (long p = p0; p < p1; p++)
+        for (int q = 0; q < a->Q; q++)
+            memcpy(a->dst + ((size_t)q * a->P + (size_t)p) * n, a->src + ((size_t)p * a->Q + q) * n, n * sizeof(float));
+}
+
+static void swap_axes(float *dst, const float *src, int P, int Q, int n) {
+    SwapAxes a = {dst, src, P, Q, n};
+    k_foreach(P, (double)Q * n * NS_PER_FLOAT_COPIED, swap_axes_range, &a);
+}
+
 void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const float *x,
               const float *state0, float *cache, float *scratch, int B, int T) {
     check_args(c, w, B, T);
@@ -61,9 +86,7 @@ void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const f
 
     /* input projection of every token at once, time-major: xp = x W_ih^T + b_ih + b_hh
      * (T*B, 4H); only the recurrent part h_{t-1} W_hh^T has to wait for the previous step */
-    for (int t = 0; t < T; t++)
-        k_copy_rows(x_tm + (size_t)t * B * D, (size_t)D, x + (size_t)t * D, (size_t)T * D, (size_t)B,
-                    (size_t)D, 0);
+    swap_axes(x_tm, x, B, T, D);
     k_linear_fwd(xp, x_tm, w->W_ih, bias_sum(s_act, w, G), T * B, D, G);
     /* slot 0 of the h and c histories is the initial state */
     float *h0 = cache ? c_h : s_h, *cc0 = cache ? c_c : s_c;
@@ -81,11 +104,13 @@ void lstm_fwd(const LstmCfg *c, const LstmW *w, float *y, float *stateT, const f
         float *act = cache ? c_act + (size_t)t * BG : s_act, *pre = xp + (size_t)t * BG;
         k_gemm(0, 1, B, G, H, 1.0f, hp, H, w->W_hh, H, 1.0f, pre, G);
         k_lstm_cell_fwd(hn, cn, act, pre, cp, B, H);
-        /* y is (B,T,H): scatter this step's rows (h also stays in the cache for dW_hh) */
-        k_copy_rows(y + (size_t)t * H, (size_t)T * H, hn, (size_t)H, (size_t)B, (size_t)H, 0);
+        /* y is (B,T,H): without a cache h lives in a two-slot ring, so this step's rows go out
+         * now; with one, all steps go out at once after the loop */
+        if (!cache) k_copy_rows(y + (size_t)t * H, (size_t)T * H, hn, (size_t)H, (size_t)B, (size_t)H, 0);
         hp = hn;
         cp = cn;
     }
+    if (cache) swap_axes(y, c_h + BH, T, B, H); /* slots 1..T are h_1..h_T */
     if (stateT) {
         memcpy(stateT, hp, BH * sizeof(float));
         memcpy(stateT + BH, cp, BH * sizeof(float));
@@ -99,16 +124,12 @@ static void bwd_params(const LstmCfg *c, const LstmW *w, LstmW *dW, float *dx, c
     /* dW_hh += sum_t dpre_t^T h_{t-1}: h slots 0..T-1 are exactly h_{t-1}, time-major like dpre */
     if (dW->W_hh)
         k_gemm(1, 0, G, H, T * B, 1.0f, dpre_tm, G, c_h, H, 1.0f, dW->W_hh, H);
-    if (dW->b_hh && w->b_hh)
-        for (size_t r = 0; r < (size_t)T * B; r++)
-            for (int j = 0; j < G; j++) dW->b_hh[j] += dpre_tm[r * G + j];
+    /* db_hh += the column sums of dpre (k_linear_bwd's bias gradient alone: no dx, no dW) */
+    if (dW->b_hh && w->b_hh) k_linear_bwd(NULL, NULL, dW->b_hh, dpre_tm, NULL, NULL, T * B, H, G);
     float *db_ih = w->b_ih ? dW->b_ih : NULL;
     if (!dx && !dW->W_ih && !db_ih) return;
     /* reorder to (B,T,4H) so that rows match x:(B,T,D) and one GEMM covers every token */
-    for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++)
-            memcpy(dpre_bt + ((size_t)b * T + t) * G, dpre_tm + ((size_t)t * B + b) * G,
-                   (size_t)G * sizeof(float));
+    swap_axes(dpre_bt, dpre_tm, T, B, G);
     k_linear_bwd(dx, dW->W_ih, db_ih, dpre_bt, x, w->W_ih, B * T, c->D, G);
 }
 
@@ -132,11 +153,11 @@ void lstm_bwd(const LstmCfg *c, const LstmW *w, LstmW *dW, float *dx, float *dst
     } else {
         memset(dh, 0, 2 * BH * sizeof(float)); /* dh and dc are adjacent */
     }
+    k_zero(dpre_tm, (size_t)T * BG); /* every step's block at once: one call large enough to split */
     for (int t = T - 1; t >= 0; t--) {
         if (dy) /* h_t is both the output y_t and the next step's h_prev */
             k_copy_rows(dh, (size_t)H, dy + (size_t)t * H, (size_t)T * H, (size_t)B, (size_t)H, 1);
         float *dpre = dpre_tm + (size_t)t * BG;
-        memset(dpre, 0, BG * sizeof(float));
         memset(dcp, 0, BH * sizeof(float));
         k_lstm_cell_bwd(dpre, dcp, dh, dc, c_act + (size_t)t * BG, c_c + (size_t)t * BH,
                         c_c + (size_t)(t + 1) * BH, B, H);

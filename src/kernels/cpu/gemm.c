@@ -823,8 +823,11 @@ void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int 
     k_gemm(0, 1, M, OC, C, 1.0f, x, C, W, C, b ? 1.0f : 0.0f, y, OC);
 }
 
-/* db[o] += sum_i dy[i, o]: threads own disjoint column ranges, each column summed in row order. */
-enum { BIAS_CHUNK = 256 };
+/* db[o] += sum_i dy[i, o]: threads own disjoint column ranges, each column summed in row order,
+ * so the chunk width changes which thread sums a column, never how. 64 columns (four AVX-512
+ * vectors a row) give 256-wide outputs (an LSTM's 4 H at H 64) four chunks to split; at 256 they
+ * were one, summed on one thread while the other waited. */
+enum { BIAS_CHUNK = 64 };
 
 /* db[o0 .. o1) += column sums of dy, o1 - o0 <= BIAS_CHUNK. */
 static void bias_chunk(float *db, const float *dy, int M, int OC, int o0, int o1) {
