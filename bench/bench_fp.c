@@ -13,7 +13,9 @@
  * (Mamba-1, 2 layers), gdn_64 (Gated DeltaNet, 2 layers, 2 heads of 16), lstm_64 (1 layer).
  * Output: `implicit <case> step_tok_s=... ms=... cpu_ms=... iters=... <roofline fields>` (medians after
  * one warm-up; bench_util.h's roofline fields).
- * Usage: bench_fp [--quick] [--cases a,b] [--repeats N]   (--quick: fewer timed repeats)
+ * Usage: bench_fp [--quick] [--cases a,b] [--repeats N] [--scaling PAIRS]   (--quick: fewer timed
+ * repeats; --scaling: instead of the timed line, the speedup of the current thread count over one
+ * thread as the median of PAIRS step-by-step alternations, bench_util.h bench_scaling)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +48,25 @@ static const Case CASES[] = {
 enum { B = 64, T = 17, V = 67 };
 #define L_MAX "16"
 
-static void run(const Case *c, int repeats) {
+/* One training step: forward, backward, AdamW. */
+typedef struct {
+    Model *m;
+    AdamW *opt;
+    const int *ids, *tg;
+} Step;
+
+static void step(void *ctx) {
+    Step *st = ctx;
+    float loss;
+    CHECK(model_fwd(st->m, st->ids, st->tg, B, T, &loss) == 0, "%s", err_msg());
+    model_zero_grad(st->m);
+    model_bwd(st->m);
+    adamw_step(st->opt, st->m, 1e-4f);
+}
+
+/* scaling > 0: only the step-by-step alternation of one thread and the current count
+ * (bench_util.h bench_scaling), no timed line. */
+static void run(const Case *c, int repeats, int scaling) {
     ModelCfg mc;
     cfg_defaults(&mc);
     const char *kv[] = {"model", "fp_mamba", "n_layer", "1", "vocab_size", "67", "pad_vocab_multiple", "8",
@@ -74,15 +94,19 @@ static void run(const Case *c, int repeats) {
     Rng r;
     rng_seed(&r, 3, 0);
     for (int i = 0; i < B * T; i++) ids[i] = (int)rng_below(&r, V), tg[i] = (int)rng_below(&r, V);
+    Step st = {&m, &opt, ids, tg};
+    if (scaling > 0) {
+        bench_scaling(c->name, k_get_threads(), scaling, step, &st);
+        free(ids), free(tg);
+        adamw_free(&opt);
+        model_free(&m);
+        return;
+    }
     double *ts = malloc(sizeof(double) * (size_t)repeats), *cs = malloc(sizeof(double) * (size_t)repeats);
     double iters = 0;
     for (int i = 0; i < 1 + repeats; i++) {
         double t0 = timer_now(), c0 = cpu_now();
-        float loss;
-        CHECK(model_fwd(&m, ids, tg, B, T, &loss) == 0, "%s", err_msg());
-        model_zero_grad(&m);
-        model_bwd(&m);
-        adamw_step(&opt, &m, 1e-4f);
+        step(&st);
         if (i >= 1) ts[i - 1] = timer_now() - t0, cs[i - 1] = cpu_now() - c0, iters += m.fp_iters;
     }
     double s = median(ts, repeats), cpu = median(cs, repeats);
@@ -105,13 +129,19 @@ static void run(const Case *c, int repeats) {
 
 int main(int argc, char **argv) {
     bench_threads_as_cli();
-    int quick = 0, repeats = 0;
+    int quick = 0, repeats = 0, scaling = 0;
     const char *cases = "fp_h64,fp_h512,m2_64,m1_64,gdn_64,lstm_64";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: bench_fp [--quick] [--cases a,b] [--repeats N]\n"); return 1; }
+        else if (!strcmp(argv[i], "--scaling") && i + 1 < argc) scaling = bench_count_arg("bench_fp", "--scaling", argv[++i]);
+        else { fprintf(stderr, "usage: bench_fp [--quick] [--cases a,b] [--repeats N] [--scaling PAIRS]\n"); return 1; }
+    }
+    if (scaling && k_get_threads() < 2) {
+        fprintf(stderr, "bench_fp: --scaling compares one thread with more, and this run has %d (OMP_NUM_THREADS; "
+                        "a build without OpenMP has one)\n", k_get_threads());
+        return 2;
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const Case *c = &CASES[i];
@@ -119,7 +149,7 @@ int main(int argc, char **argv) {
         snprintf(want, sizeof want, ",%s,", c->name);
         char list[512];
         snprintf(list, sizeof list, ",%s,", cases);
-        if (strstr(list, want)) run(c, repeats > 0 ? repeats : quick ? c->quick_repeats : c->repeats);
+        if (strstr(list, want)) run(c, repeats > 0 ? repeats : quick ? c->quick_repeats : c->repeats, scaling);
     }
     return 0;
 }

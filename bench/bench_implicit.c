@@ -16,7 +16,9 @@
  * table).
  * Output: `implicit <case> <metric>=... ms=... cpu_ms=... <sizes> <roofline fields>` (medians after
  * one warm-up; the roofline fields of bench_util.h, work counted next to the print).
- * Usage: bench_implicit [--quick] [--cases a,b] [--repeats N]. Out of scope: Anderson, IFT,
+ * Usage: bench_implicit [--quick] [--cases a,b] [--repeats N] [--scaling PAIRS] (--scaling: instead of
+ * the timed line, the speedup of the current thread count over one thread as the median of PAIRS
+ * call-by-call alternations, bench_util.h bench_scaling). Out of scope: Anderson, IFT,
  * implicit Llama (same seam, other mixer).
  */
 #include <stdio.h>
@@ -114,7 +116,22 @@ static void gen_once(Bench *b, const Case *c) {
     CHECK(m->fp_iters == GEN_ITERS - 1, "generation loop ran %g f calls per token", m->fp_iters);
 }
 
-static void run(const Case *c, int repeats) {
+/* One call of the case (bench_scaling's step). */
+typedef struct {
+    Bench *b;
+    const Case *c;
+} Once;
+
+static void once(void *ctx) {
+    Once *o = ctx;
+    if (o->c->kind == TRAIN) train_once(o->b, o->c);
+    else if (o->c->kind == EVAL) eval_once(o->b, o->c);
+    else gen_once(o->b, o->c);
+}
+
+/* scaling > 0: only the call-by-call alternation of one thread and the current count
+ * (bench_util.h bench_scaling), no timed line. */
+static void run(const Case *c, int repeats, int scaling) {
     Bench b;
     memset(&b, 0, sizeof b);
     build(&b.m, c);
@@ -131,12 +148,18 @@ static void run(const Case *c, int repeats) {
     Rng r;
     rng_seed(&r, 3, 0);
     for (size_t i = 0; i < n; i++) b.ids[i] = (int)rng_below(&r, V), b.tg[i] = (int)rng_below(&r, V);
+    Once o = {&b, c};
+    if (scaling > 0) {
+        bench_scaling(c->name, k_get_threads(), scaling, once, &o);
+        free(b.ids); free(b.tg); free(b.tok); free(b.logits);
+        if (c->kind == TRAIN) adamw_free(&b.opt);
+        model_free(&b.m);
+        return;
+    }
     double *ts = malloc(sizeof(double) * (size_t)repeats), *cs = malloc(sizeof(double) * (size_t)repeats);
     for (int i = 0; i < 1 + repeats; i++) {   /* one warm-up, then the timed repeats */
         double t0 = timer_now(), c0 = cpu_now();
-        if (c->kind == TRAIN) train_once(&b, c);
-        else if (c->kind == EVAL) eval_once(&b, c);
-        else gen_once(&b, c);
+        once(&o);
         if (i >= 1) ts[i - 1] = timer_now() - t0, cs[i - 1] = cpu_now() - c0;
     }
     qsort(ts, (size_t)repeats, sizeof *ts, cmp_double);
@@ -170,13 +193,22 @@ static void run(const Case *c, int repeats) {
 
 int main(int argc, char **argv) {
     bench_threads_as_cli();
-    int quick = 0, repeats = 0;
+    int quick = 0, repeats = 0, scaling = 0;
     const char *cases = "imp_train_small,imp_train_large,imp_eval_small,imp_eval_large,imp_gen_b1,imp_gen_b32";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: bench_implicit [--quick] [--cases a,b] [--repeats N]\n"); return 1; }
+        else if (!strcmp(argv[i], "--scaling") && i + 1 < argc) scaling = bench_count_arg("bench_implicit", "--scaling", argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_implicit [--quick] [--cases a,b] [--repeats N] [--scaling PAIRS]\n");
+            return 1;
+        }
+    }
+    if (scaling && k_get_threads() < 2) {
+        fprintf(stderr, "bench_implicit: --scaling compares one thread with more, and this run has %d (OMP_NUM_THREADS; "
+                        "a build without OpenMP has one)\n", k_get_threads());
+        return 2;
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const Case *c = &CASES[i];
@@ -185,7 +217,7 @@ int main(int argc, char **argv) {
         int hit = 0;
         for (const char *p = strstr(cases, c->name); p && !hit; p = strstr(p + 1, c->name))
             hit = (p == cases || p[-1] == ',') && (p[len] == ',' || p[len] == '\0');
-        if (hit) run(c, repeats > 0 ? repeats : quick ? c->quick_repeats : c->repeats);
+        if (hit) run(c, repeats > 0 ? repeats : quick ? c->quick_repeats : c->repeats, scaling);
     }
     return 0;
 }

@@ -52,6 +52,56 @@ static inline double median(double *t, int n) {
     return t[n / 2];
 }
 
+/* ==== one thread against several, step by step ================================================ */
+
+/* The speedup of `threads` threads over one, as the median of `pairs` ratios: each pair times one
+ * call of step(ctx) at one thread, then one at `threads` (k_set_threads, the CLI's policy), after
+ * one untimed call of each. The two calls of a pair run milliseconds apart in one process, so a
+ * drift of the host's speed over seconds (20-40% on this project's 2-vCPU hosts, which decided
+ * the process-level pairs of run.sh's BENCH_SCALING in some runs) weighs on both sides of every
+ * ratio alike. Prints `scaling <name> threads=N pairs=P speedup=<median> min=... max=...
+ * ms_1=<median> ms_N=<median>` and leaves the thread count as it found it. */
+typedef void (*BenchStepFn)(void *ctx);
+
+/* The value of a numeric option (--scaling PAIRS): a whole number from 1 to 100000, else a message
+ * naming the program and the option, and exit 2. */
+static inline int bench_count_arg(const char *prog, const char *opt, const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 1 || v > 100000) {
+        fprintf(stderr, "%s: %s takes a whole number from 1 to 100000, not '%s'\n", prog, opt, s);
+        exit(2);
+    }
+    return (int)v;
+}
+
+static inline void bench_scaling(const char *name, int threads, int pairs, BenchStepFn step, void *ctx) {
+    int before = k_get_threads();
+    double *r = malloc(sizeof(double) * (size_t)pairs), *t1 = malloc(sizeof(double) * (size_t)pairs);
+    double *tn = malloc(sizeof(double) * (size_t)pairs);
+    if (!r || !t1 || !tn) {
+        fprintf(stderr, "bench_scaling: out of memory\n");
+        exit(1);
+    }
+    for (int i = -1; i < pairs; i++) { /* i = -1: the warm-up of each */
+        k_set_threads(1);
+        double a = timer_now();
+        step(ctx);
+        double b = timer_now();
+        k_set_threads(threads);
+        step(ctx);
+        double c = timer_now();
+        if (i >= 0) t1[i] = b - a, tn[i] = c - b, r[i] = (b - a) / (c - b);
+    }
+    k_set_threads(before);
+    double lo = r[0], hi = r[0];
+    for (int i = 1; i < pairs; i++) lo = r[i] < lo ? r[i] : lo, hi = r[i] > hi ? r[i] : hi;
+    printf("scaling %s threads=%d pairs=%d speedup=%.3f min=%.3f max=%.3f ms_1=%.3f ms_%d=%.3f\n", name, threads, pairs,
+           median(r, pairs), lo, hi, 1e3 * median(t1, pairs), threads, 1e3 * median(tn, pairs));
+    fflush(stdout);
+    free(r), free(t1), free(tn);
+}
+
 /* ==== the widest vector ISA this build targets ================================================ */
 
 /* BVec is one register; bv_fma(a, b, c) = a * b + c, one fused instruction where the ISA has one
