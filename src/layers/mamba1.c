@@ -226,11 +226,10 @@ void mamba1_bwd(const Mamba1Cfg *c, const Mamba1W *w, Mamba1W *dW, float *dx, co
                    dW->x_proj + (size_t)first[p] * E, E);
     }
 
-    /* xa = silu(xc), xc = conv(xin):  dxc (g3, do is dead), dxin (g4, dv is dead) */
-    k_zero(s.g3, ME);
-    k_silu_bwd(s.g3, s.g1, s.xc, ME);
+    /* xa = silu(xc), xc = conv(xin):  dxc (g1 in place: dxa is dead after), dxin (g4, dv is dead) */
+    k_mul_dsilu(s.g1, s.xc, ME);
     k_zero(s.g4, ME);
-    k_conv1d_bwd(s.g4, dW ? dW->conv_w : NULL, dW ? dW->conv_b : NULL, s.g3, k.xin, w->conv_w, B, T, E,
+    k_conv1d_bwd(s.g4, dW ? dW->conv_w : NULL, dW ? dW->conv_b : NULL, s.g1, k.xin, w->conv_w, B, T, E,
                  c->W);
 
     /* [xin ; z] = in_proj(x): dx += dxin W_x + dz W_z;  dW blocks += d^T x */

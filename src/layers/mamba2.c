@@ -356,14 +356,15 @@ static void dtraw_bwd(const Mamba2Cfg *c, const Mamba2W *w, float *ddt_bias, flo
     }
 }
 
-/* dxa (blocked dxs | dbm | dcm) back through silu (into dxc, which may reuse dead memory) and the
- * three group convs, into the conv blocks of dzx. */
+/* dxa (blocked dxs | dbm | dcm) back through silu, in place (dxa is dead afterwards: a multiply
+ * where a cleared buffer and an accumulating silu backward wrote the same values), and through the
+ * three group convs into the conv blocks of dzx. */
 static void conv_bwd(const Mamba2Cfg *c, const Mamba2W *w, const Mamba2W *dW, const Front *f,
-                     const Grads *g, float *dxc, const float *zx, int B, int T) {
+                     const Grads *g, const float *zx, int B, int T) {
     const Parts p = parts_of(c);
     const size_t M = (size_t)B * T;
-    k_zero(dxc, M * c->C);
-    k_silu_bwd(dxc, g->dxa, f->xc, M * c->C);
+    float *dxc = g->dxa;
+    k_mul_dsilu(dxc, f->xc, M * c->C);
     k_zero(g->dzx + M * c->E, M * c->C); /* the x | B | C blocks */
     for (int i = PX; i <= PC; i++) {
         size_t ch = (size_t)(p.off[i] - c->E), o = M * (size_t)p.off[i];
@@ -423,10 +424,9 @@ void mamba2_bwd(const Mamba2Cfg *c, const Mamba2W *w, Mamba2W *dW, float *dx, fl
     if (dW && dW->A_log) /* A = -exp(A_log): dA_log = dA * A */
         for (int h = 0; h < H; h++) dW->A_log[h] += g.dA[h] * f.A[h];
 
-    /* dt = softplus(dtraw + dt_bias); xBC = silu(conv(xBC)): fill dzx's dtraw and conv blocks
-     * (xa is dead once the scan's backward has run: it holds d(conv output)) */
+    /* dt = softplus(dtraw + dt_bias); xBC = silu(conv(xBC)): fill dzx's dtraw and conv blocks */
     dtraw_bwd(c, w, dW ? dW->dt_bias : NULL, blk(g.dzx, &p, M, PDT), g.ddt, blk(k.zx, &p, M, PDT), M);
-    conv_bwd(c, w, dW, &f, &g, f.xa, k.zx, B, T);
+    conv_bwd(c, w, dW, &f, &g, k.zx, B, T);
 
     /* zx = in_proj(x) + u */
     in_proj_bwd(c, w, dW ? dW->in_proj : NULL, dx, du, g.dzx, x, M);
