@@ -632,6 +632,8 @@ int k_gemm_pb_row_panels(int N, int transB) {
  *   below): 5-8% faster than k_gemm_blocked on one core; except narrow products with nearly
  *   full panels, which k_gemm_blocked runs faster there (builtin_narrow, below). OpenBLAS always
  *   runs on one thread (threads.c), so its own pool never spins against OpenMP's.
+ * - otherwise, with OpenBLAS, narrow products (N <= 48, panels far from full) on OpenBLAS in row
+ *   slices on OpenMP's threads (blas_slices, below);
  * - otherwise k_gemm_blocked on OpenMP's threads.
  * The choice depends on the shape, on "one thread or more", never on how many, and on the kernel
  * OpenBLAS chose for the host: results are bit-identical at any thread count >= 2 (and at any count
@@ -760,12 +762,54 @@ static int builtin_narrow(int transA, int M, int N, int lda, float beta) {
 
 const char *k_gemm_backend(void) { return use_blas(1 << 12, 1 << 12, 1 << 12) ? "openblas" : "builtin"; }
 
+/* Narrow products on two or more threads: OpenBLAS on row slices, one slice per call on OpenMP's
+ * threads. With N under the register tile's width and panels far from full, the built-in GEMM's
+ * tiles are mostly padding, and on two threads it ran such products slower than OpenBLAS on one:
+ * Zen 4, AVX-512, K 64, us (k_gemm at 1 thread = OpenBLAS, k_gemm at 2 = built-in, OpenBLAS on two
+ * row halves at once):
+ *   M 8192: N 8: 163 / 285 / 96, N 16: 199 / 237 / 101, N 24: 318 / 241 / 161, N 40: 478 / 454 /
+ *           262, N 48: 519 / 456 / 264; but N 32 (full panels): 357 / 168 / 198;
+ *   M 1088: N 8: 16 / 16 / 8.9, N 16: 29 / 39 / 11, N 24: 42 / 38 / 19, N 48: 68 / 62 / 38.
+ * (a Mamba2 in_proj's B and C blocks are N = d_state, its dt block N = heads). The slices depend on
+ * M only (an even count, 2 to 16, of rows rounded to 16), so the bits do not depend on the thread
+ * count (two or more; one thread runs the whole product on OpenBLAS, as before). */
+#define SLICE_MAX_N 48
+#define SLICE_MIN_M 64
+static int blas_slices(int M, int N, int K) {
+#if defined(VL) && defined(IM_OPENBLAS)
+    return M >= SLICE_MIN_M && N <= SLICE_MAX_N && !panels_full(N) && gemm_team(M, N, K) > 1 && blas_usable();
+#else
+    (void)M, (void)N, (void)K;
+    return 0;
+#endif
+}
+
+#ifdef IM_OPENBLAS
+static void gemm_blas_slices(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                             const float *B, int ldb, float beta, float *C, int ldc) {
+    int want = 2 * (M + 1023) / 1024;
+    want = want < 2 ? 2 : want > 16 ? 16 : want;
+    int rows = ((M + want - 1) / want + 15) / 16 * 16, ns = (M + rows - 1) / rows;
+    KT_FOR(imin(gemm_team(M, N, K), ns), for (int q = 0; q < ns; q++) {
+        int r0 = q * rows, m = imin(rows, M - r0);
+        cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, N, K,
+                    alpha, transA ? A + r0 : A + (size_t)r0 * lda, lda, B, ldb, beta, C + (size_t)r0 * ldc, ldc);
+    });
+}
+#endif
+
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= small_m_max(M, N, K)) {
         k_gemm_small(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+#ifdef IM_OPENBLAS
+    if (K > 0 && blas_slices(M, N, K)) {
+        gemm_blas_slices(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
     if (!use_blas(M, N, K) || builtin_narrow(transA, M, N, lda, beta)) {
         k_gemm_blocked(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -805,7 +849,7 @@ void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const f
 #endif
     int blas_better = use_blas(M, N, K) && !builtin_narrow(transA, M, N, lda, beta) &&
                       (M > PB_BLAS_MAX_M || N < PB_BLAS_MIN_N);
-    if (!packed || M <= small_m_max(M, N, K) || blas_better) {
+    if (!packed || M <= small_m_max(M, N, K) || blas_better || blas_slices(M, N, K)) {
         k_gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
