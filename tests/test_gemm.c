@@ -8,7 +8,8 @@
  *    product, |c - c_ref| <= 2 K eps (|alpha| sum_k |a_ik||b_kj| + |beta c_ij|) + tiny, so that it
  *    holds for any summation order, any FMA use and any ISA, not for one machine.
  * 2. Determinism: outputs are bit-identical at 1, 2 and 3 threads (BLAS builds: k_gemm and the
- *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS); every row of a
+ *    Linear kernels at 2 vs 3 threads, as one thread there may call OpenBLAS; narrow products, which
+ *    run there on OpenBLAS in row slices, within the bound and the same at 2 and 3); every row of a
  *    small-M product equals the same row computed alone (batch invariance); k_gemm and the Linear
  *    forward route few rows to k_gemm_small (bitwise equal to calling it); a pre-packed op(B)
  *    (k_gemm_pack_b + k_gemm_packed) gives k_gemm_blocked's bits, and k_gemm_pb on it k_gemm's (no BLAS),
@@ -202,6 +203,30 @@ static void test_threads(void) {
             same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 12, 700, 300);
             same_at_threads("gemm", k_gemm, lo_gemm, ta, tb, 200, 90, 310);
         }
+}
+
+/* Narrow products (N <= 48, panels far from full) that fork: with OpenBLAS at two or more threads
+ * they run as OpenBLAS calls on row slices. Within the error bound at two threads (forking forced,
+ * so the slices run even where the work estimate would not fork) and the same bits at two and
+ * three threads, for k_gemm and k_gemm_pb; rows across the slice counts (2, 8, 10 slices, a short
+ * last one), all four transposes. */
+static void test_narrow_slices(void) {
+#ifndef _OPENMP
+    printf("skip: narrow products on threads (serial build)\n");
+    return;
+#endif
+    static const int shapes[][3] = {{1000, 16, 64}, {5000, 40, 64}, {300, 8, 200}, {3777, 20, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int *d = shapes[s];
+                th_bitid_threads(2);
+                check_case("gemm (narrow, 2 threads)", k_gemm, ta, tb, d[0], d[1], d[2], 0.5f, 1.0f);
+                check_case("gemm_pb (narrow, 2 threads)", pb_fn, ta, tb, d[0], d[1], d[2], 1.0f, 0.0f);
+                th_threads_restore(2);
+                same_at_threads("gemm (narrow)", k_gemm, 2, ta, tb, d[0], d[1], d[2]);
+                same_at_threads("gemm_pb (narrow)", pb_fn, 2, ta, tb, d[0], d[1], d[2]);
+            }
 }
 
 /* A packed op(B) gives k_gemm_blocked's very bits (the same arithmetic on the same panels), at
@@ -398,6 +423,7 @@ int main(int argc, char **argv) {
     test_blas_core(argc > 0 && !strchr(argv[0], '\'') ? argv[0] : NULL);
     test_parity();
     test_threads();
+    test_narrow_slices();
     test_packed_same();
     test_narrow_same();
     test_row_invariance();
