@@ -787,7 +787,7 @@ static int blas_slices(int M, int N, int K) {
 #ifdef IM_OPENBLAS
 static void gemm_blas_slices(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                              const float *B, int ldb, float beta, float *C, int ldc) {
-    int want = 2 * (M + 1023) / 1024;
+    int want = 2 * ((M + 1023) / 1024);
     want = want < 2 ? 2 : want > 16 ? 16 : want;
     int rows = ((M + want - 1) / want + 15) / 16 * 16, ns = (M + rows - 1) / rows;
     KT_FOR(imin(gemm_team(M, N, K), ns), for (int q = 0; q < ns; q++) {
