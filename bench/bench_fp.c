@@ -138,11 +138,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--scaling") && i + 1 < argc) scaling = bench_count_arg("bench_fp", "--scaling", argv[++i]);
         else { fprintf(stderr, "usage: bench_fp [--quick] [--cases a,b] [--repeats N] [--scaling PAIRS]\n"); return 1; }
     }
-    if (scaling && k_get_threads() < 2) {
-        fprintf(stderr, "bench_fp: --scaling compares one thread with more, and this run has %d (OMP_NUM_THREADS; "
-                        "a build without OpenMP has one)\n", k_get_threads());
-        return 2;
-    }
+    if (scaling) bench_scaling_needs_threads("bench_fp");
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const Case *c = &CASES[i];
         char want[64];

@@ -205,11 +205,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (scaling && k_get_threads() < 2) {
-        fprintf(stderr, "bench_implicit: --scaling compares one thread with more, and this run has %d (OMP_NUM_THREADS; "
-                        "a build without OpenMP has one)\n", k_get_threads());
-        return 2;
-    }
+    if (scaling) bench_scaling_needs_threads("bench_implicit");
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
         const Case *c = &CASES[i];
         /* exact names: "imp_gen_b1" must not select "imp_gen_b32" */

@@ -54,18 +54,6 @@ static inline double median(double *t, int n) {
 
 /* ==== one thread against several, step by step ================================================ */
 
-/* The speedup of `threads` threads over one, as the median of `pairs` ratios: each pair times one
- * call of step(ctx) at one thread, then one at `threads` (k_set_threads, the CLI's policy), after
- * one untimed call of each. The two calls of a pair run milliseconds apart in one process, so a
- * drift of the host's speed over seconds (20-40% on this project's 2-vCPU hosts, which decided
- * the process-level pairs of run.sh's BENCH_SCALING in some runs) weighs on both sides of every
- * ratio alike. A phase in which the host gives the second vCPU less lasts longer than that,
- * though, and shifts the whole median; so the line also gives best = (fastest one-thread call) /
- * (fastest N-thread call), what the code does when the host lends it N whole cores (contention
- * only ever slows a call down). Prints `scaling <name> threads=N pairs=P speedup=<median> min=...
- * max=... best=... ms_1=<median> ms_N=<median>` and leaves the thread count as it found it. */
-typedef void (*BenchStepFn)(void *ctx);
-
 /* The value of a numeric option (--scaling PAIRS): a whole number from 1 to 100000, else a message
  * naming the program and the option, and exit 2. */
 static inline int bench_count_arg(const char *prog, const char *opt, const char *s) {
@@ -77,6 +65,27 @@ static inline int bench_count_arg(const char *prog, const char *opt, const char 
     }
     return (int)v;
 }
+
+/* --scaling compares one thread with more: with one (OMP_NUM_THREADS=1, or a build without
+ * OpenMP) a message naming the program, and exit 2. */
+static inline void bench_scaling_needs_threads(const char *prog) {
+    if (k_get_threads() >= 2) return;
+    fprintf(stderr, "%s: --scaling compares one thread with more, and this run has %d (OMP_NUM_THREADS; a build "
+                    "without OpenMP has one)\n", prog, k_get_threads());
+    exit(2);
+}
+
+/* The speedup of `threads` threads over one, as the median of `pairs` ratios: each pair times one
+ * call of step(ctx) at one thread, then one at `threads` (k_set_threads, the CLI's policy), after
+ * one untimed call of each. The two calls of a pair run milliseconds apart in one process, so a
+ * drift of the host's speed over seconds (20-40% on this project's 2-vCPU hosts, which decided
+ * the process-level pairs of run.sh's BENCH_SCALING in some runs) weighs on both sides of every
+ * ratio alike. A phase in which the host gives the second vCPU less lasts longer than that,
+ * though, and shifts the whole median; so the line also gives best = (fastest one-thread call) /
+ * (fastest N-thread call), what the code does when the host lends it N whole cores (contention
+ * only ever slows a call down). Prints `scaling <name> threads=N pairs=P speedup=<median> min=...
+ * max=... best=... ms_1=<median> ms_N=<median>` and leaves the thread count as it found it. */
+typedef void (*BenchStepFn)(void *ctx);
 
 static inline void bench_scaling(const char *name, int threads, int pairs, BenchStepFn step, void *ctx) {
     int before = k_get_threads();
