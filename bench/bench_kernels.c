@@ -372,11 +372,15 @@ static void bench_attn_step(Rng *r) {
 
 /* ---- full-sequence scans ---------------------------------------------------------------------- */
 
-typedef struct { int B, T, E, N; float *y, *x, *dt, *A, *Bm, *Cm, *D, *dy, *dx, *ddt, *dA, *dB, *dC, *dD; } S6Case;
+typedef struct {
+    int B, T, E, N;
+    float *y, *x, *dt, *A, *Bm, *Cm, *D, *dy, *dx, *ddt, *dA, *dB, *dC, *dD;
+    float *dec, *use_dec; /* the decay table; use_dec: it or NULL (the scan takes its exps) */
+} S6Case;
 
 static void run_s6_fwd(void *p) {
     S6Case *c = p;
-    k_s6_fwd(c->y, NULL, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->T, c->E, c->N);
+    k_s6_fwd(c->y, NULL, c->x, c->dt, c->A, c->use_dec, c->Bm, c->Cm, c->D, c->B, c->T, c->E, c->N);
 }
 
 static void run_s6_bwd(void *p) {
@@ -385,9 +389,15 @@ static void run_s6_bwd(void *p) {
              c->T, c->E, c->N);
 }
 
+static void run_s6_decay(void *p) {
+    S6Case *c = p;
+    k_s6_decay(c->dec, c->dt, c->A, c->B, c->T, c->E, c->N);
+}
+
 /* The S6 (Mamba-1 / FP-Mamba) scan over whole sequences, forward and backward (every gradient),
  * one thread: us per call and ns per state element and token (each is an exp and a few FMAs
- * forward; the backward recomputes the states, then runs the reverse recurrence). */
+ * forward; the backward recomputes the states, then runs the reverse recurrence); then the decay
+ * table (k_s6_decay: the exps alone, written out) and the forward reading it instead. */
 static void bench_scan(Rng *r) {
     static const int shapes[][4] = {
         {64, 17, 128, 16}, /* m1_64, fp_h64: the word-problem baselines at D 64 */
@@ -395,20 +405,24 @@ static void bench_scan(Rng *r) {
     };
     k_set_threads(1);
     printf("\nS6 scan over whole sequences, 1 thread (ns per state element and token)\n");
-    printf("  %-22s %10s %9s %10s %9s\n", "B T E N", "fwd us", "ns/elem", "bwd us", "ns/elem");
+    printf("  %-22s %10s %9s %10s %9s %10s %10s\n", "B T E N", "fwd us", "ns/elem", "bwd us", "ns/elem",
+           "decay us", "fwd|table");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int B = shapes[k][0], T = shapes[k][1], E = shapes[k][2], N = shapes[k][3];
         size_t nx = (size_t)B * T * E, nb = (size_t)B * T * N, nA = (size_t)E * N;
         S6Case c = {B, T, E, N, calloc(nx, 4), randn(nx, r), randn(nx, r), randn(nA, r), randn(nb, r),
                     randn(nb, r), randn(E, r), randn(nx, r), calloc(nx, 4), calloc(nx, 4), calloc(nA, 4),
-                    calloc(nb, 4), calloc(nb, 4), calloc(E, 4)};
+                    calloc(nb, 4), calloc(nb, 4), calloc(E, 4), malloc(k_s6_decay_floats(B, T, E, N) * 4), NULL};
         for (size_t i = 0; i < nx; i++) c.dt[i] = 0.01f + 0.1f * fabsf(c.dt[i]);
         for (size_t i = 0; i < nA; i++) c.A[i] = -1.0f - fabsf(c.A[i]);
         double tf = best_time(run_s6_fwd, &c), tb = best_time(run_s6_bwd, &c), el = (double)nx * N;
-        printf("  %3d %3d %5d %3d %13.1f %9.3f %10.1f %9.3f\n", B, T, E, N, tf * 1e6, tf * 1e9 / el, tb * 1e6,
-               tb * 1e9 / el);
+        double ta = best_time(run_s6_decay, &c);
+        c.use_dec = c.dec;
+        double tfa = best_time(run_s6_fwd, &c);
+        printf("  %3d %3d %5d %3d %13.1f %9.3f %10.1f %9.3f %10.1f %10.1f\n", B, T, E, N, tf * 1e6,
+               tf * 1e9 / el, tb * 1e6, tb * 1e9 / el, ta * 1e6, tfa * 1e6);
         free(c.y), free(c.x), free(c.dt), free(c.A), free(c.Bm), free(c.Cm), free(c.D), free(c.dy);
-        free(c.dx), free(c.ddt), free(c.dA), free(c.dB), free(c.dC), free(c.dD);
+        free(c.dx), free(c.ddt), free(c.dA), free(c.dB), free(c.dC), free(c.dD), free(c.dec);
     }
 }
 

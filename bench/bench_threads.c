@@ -63,7 +63,7 @@ static void r_ssd_fwd(int n) {
 }
 static void r_ssd_scan(int n) { k_ssd_fwd(Bf, NULL, NULL, A, Ef, Df, A, A, Ef, NULL, 4, n, 8, 16, 16); }
 static void r_delta(int n) { k_delta_fwd(Bf, NULL, A, Cf, Df, Ef, NULL, 4, n, 4, 1, 32, 32); }
-static void r_s6(int n) { k_s6_fwd(Bf, NULL, A, Ef, Df, A, A, NULL, 4, n, 256, 16); }
+static void r_s6(int n) { k_s6_fwd(Bf, NULL, A, Ef, Df, NULL, A, A, NULL, 4, n, 256, 16); }
 static void r_attn(int n) { k_attn_fwd(Bf, NULL, A, Cf, Df, 1, n, 4, 32); }
 static void r_gemm(int n) {
     k_gemm(0, 1, n, 128, 128, 1.0f, A, 128, Df, 128, 0.0f, Bf, 128);

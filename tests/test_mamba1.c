@@ -4,7 +4,8 @@
  *  - k_s6 fast vs reference: fwd (y, final state), bwd (every gradient, accumulating onto
  *    non-zero values), step (in place, no commit), on odd sizes and sizes that cross the fast
  *    kernel's channel blocks and its narrower backward blocks; requesting a subset of the
- *    gradients gives the same bits; bit-identity at 1 and 3 threads;
+ *    gradients gives the same bits; the decay table (k_s6_decay) against its reference, and the
+ *    forwards given it against the forwards without it; bit-identity at 1 and 3 threads;
  *  - the kernel's backward by 4-point finite differences and the directional test;
  *  - step x T == full sequence for the kernel, the layer (with the prefill state) and the model;
  *  - layer and model backward by finite differences (tests/gradcheck.h), the model with RMSNorm and
@@ -91,14 +92,37 @@ static void run_bwd(BwdFn f, S6Grad *g, const S6In *s, const float *dy) {
       s->B, s->T, s->E, s->N);
 }
 
+static size_t n_dec(const S6In *s) { return k_s6_decay_floats(s->B, s->T, s->E, s->N); }
+
+/* The decay table: fast against reference (vexp's bound, 1.5 ulp, on a product rounded once);
+ * each forward given a table against the same forward without one (the fast pair to rounding:
+ * the table holds the values the fast scan computes). */
+static void s6_decay_parity(const S6In *s, const float *y_ref, const char *shape) {
+    const int B = s->B, T = s->T, E = s->E, N = s->N;
+    const float *D = s->useD ? s->D : NULL;
+    float *a0 = th_alloc(n_dec(s)), *a1 = th_alloc(n_dec(s)), *y = th_alloc(n_x(s)), *y2 = th_alloc(n_x(s));
+    k_s6_decay_ref(a0, s->dt, s->A, B, T, E, N);
+    k_s6_decay(a1, s->dt, s->A, B, T, E, N);
+    double e = th_rel_err(a1, a0, n_dec(s));
+    TH_CHECK(e <= 1e-6, "s6_decay fast vs ref [%s]: rel err %.3g", shape, e);
+    k_s6_fwd(y, NULL, s->x, s->dt, s->A, NULL, s->Bm, s->Cm, D, B, T, E, N);
+    k_s6_fwd(y2, NULL, s->x, s->dt, s->A, a1, s->Bm, s->Cm, D, B, T, E, N);
+    e = th_rel_err(y2, y, n_x(s));
+    TH_CHECK(e <= 1e-6, "s6_fwd with the table vs without [%s]: rel err %.3g", shape, e);
+    k_s6_fwd_ref(y2, NULL, s->x, s->dt, s->A, a0, s->Bm, s->Cm, D, B, T, E, N);
+    e = th_rel_err(y2, y_ref, n_x(s));
+    TH_CHECK(e <= 1e-6, "s6_fwd_ref with the table vs without [%s]: rel err %.3g", shape, e);
+    free(a0); free(a1); free(y); free(y2);
+}
+
 static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d T=%d E=%d N=%d%s", B, T, E, N, useD ? " D" : "");
     S6In s = s6_new(B, T, E, N, useD, r);
     const float *D = useD ? s.D : NULL;
     float *y0 = th_alloc(n_x(&s)), *y1 = th_alloc(n_x(&s)), *h0 = th_alloc(n_h(&s)), *h1 = th_alloc(n_h(&s));
-    k_s6_fwd_ref(y0, h0, s.x, s.dt, s.A, s.Bm, s.Cm, D, B, T, E, N);
-    k_s6_fwd(y1, h1, s.x, s.dt, s.A, s.Bm, s.Cm, D, B, T, E, N);
+    k_s6_fwd_ref(y0, h0, s.x, s.dt, s.A, NULL, s.Bm, s.Cm, D, B, T, E, N);
+    k_s6_fwd(y1, h1, s.x, s.dt, s.A, NULL, s.Bm, s.Cm, D, B, T, E, N);
     double e = fmax(th_rel_err(y1, y0, n_x(&s)), th_rel_err(h1, h0, n_h(&s)));
     worst_kernel_fwd = fmax(worst_kernel_fwd, e);
     TH_CHECK(e <= 1e-5, "s6_fwd fast vs ref [%s]: rel err %.3g", shape, e);
@@ -126,6 +150,7 @@ static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
     k_s6_bwd(g2.dx, NULL, g2.dA, g2.dBm, NULL, g2.dD, dy, s.x, s.dt, s.A, s.Bm, s.Cm, D, B, T, E, N);
     TH_CHECK(!memcmp(g1.all, g2.all, g1.n * sizeof(float)), "s6_bwd: gradient subsets differ from the full call [%s]",
              shape);
+    s6_decay_parity(&s, y0, shape);
 
     /* step: fast vs ref from a random state; in place; no commit */
     float *hin = th_alloc(n_h(&s)), *hr = th_alloc(n_h(&s)), *hf = th_alloc(n_h(&s));
@@ -173,25 +198,31 @@ static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
 /* Bit-identity of the fast kernels at 1 and 3 threads, at a size that runs them in parallel. */
 static void s6_threads(Rng *r) {
     S6In s = s6_new(3, 9, 700, 16, 1, r); /* the step goes parallel too */
-    float *dy = th_alloc(n_x(&s)), *out[2], *hin = th_alloc(n_h(&s));
+    float *dy = th_alloc(n_x(&s)), *out[2], *hin = th_alloc(n_h(&s)), *dec[2];
     th_fill_normal(dy, n_x(&s), r, 1.f);
     th_fill_normal(hin, n_h(&s), r, 1.f);
     S6Grad g[2];
-    size_t nf = n_x(&s) + n_h(&s), ns = (size_t)s.B * s.E + n_h(&s);
+    size_t nf = n_x(&s) + n_h(&s), ns = (size_t)s.B * s.E + n_h(&s), nt = n_x(&s) + n_dec(&s);
     int keep = k_get_threads();
     for (int run = 0; run < 2; run++) {
         th_bitid_threads(run ? 3 : th_thread_base());
         out[run] = th_alloc(nf + ns);
         g[run] = grad_new(&s);
-        k_s6_fwd(out[run], out[run] + n_x(&s), s.x, s.dt, s.A, s.Bm, s.Cm, s.D, s.B, s.T, s.E, s.N);
+        k_s6_fwd(out[run], out[run] + n_x(&s), s.x, s.dt, s.A, NULL, s.Bm, s.Cm, s.D, s.B, s.T, s.E, s.N);
         run_bwd(k_s6_bwd, &g[run], &s, dy);
+        /* the table, and the forward reading it: [y | table] */
+        dec[run] = th_alloc(nt);
+        k_s6_decay(dec[run] + n_x(&s), s.dt, s.A, s.B, s.T, s.E, s.N);
+        k_s6_fwd(dec[run], NULL, s.x, s.dt, s.A, dec[run] + n_x(&s), s.Bm, s.Cm, s.D, s.B, s.T, s.E, s.N);
         k_s6_step(out[run] + nf, out[run] + nf + (size_t)s.B * s.E, hin, s.x, s.dt, s.A, s.Bm, s.Cm, s.D, s.B,
                   s.E, s.N);
     }
     th_threads_restore(keep);
     TH_CHECK(!memcmp(out[0], out[1], (nf + ns) * sizeof(float)), "s6 fwd/step: %d vs 3 threads differ", th_thread_base());
     TH_CHECK(!memcmp(g[0].all, g[1].all, g[0].n * sizeof(float)), "s6 bwd: %d vs 3 threads differ", th_thread_base());
-    for (int run = 0; run < 2; run++) { free(out[run]); free(g[run].all); }
+    TH_CHECK(!memcmp(dec[0], dec[1], nt * sizeof(float)), "s6 decay table, fwd with it: %d vs 3 threads differ",
+             th_thread_base());
+    for (int run = 0; run < 2; run++) { free(out[run]); free(g[run].all); free(dec[run]); }
     free(dy); free(hin);
     s6_free(&s);
 }
@@ -205,7 +236,7 @@ typedef struct {
 
 static double s6_loss(void *p) {
     S6Ctx *c = p;
-    k_s6_fwd(c->y, NULL, c->s.x, c->s.dt, c->s.A, c->s.Bm, c->s.Cm, c->s.D, c->s.B, c->s.T, c->s.E, c->s.N);
+    k_s6_fwd(c->y, NULL, c->s.x, c->s.dt, c->s.A, NULL, c->s.Bm, c->s.Cm, c->s.D, c->s.B, c->s.T, c->s.E, c->s.N);
     return dotd(c->wy, c->y, n_x(&c->s));
 }
 

@@ -34,7 +34,7 @@
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) X(mul_dsilu) X(mul_dsigmoid) X(mul_dsoftplus_out) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_silu_fwd) X(conv1d_bwd) X(conv1d_step) \
-    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
+    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_decay) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
     X(adamw) X(sumsq) X(resid_rel_inf) X(resid_sumsq) X(axpby) X(copy_rows) X(zero) X(foreach)
@@ -287,13 +287,33 @@ void k_ssd_step_ref(float *y, float *S_out, const float *S_in, const float *x, c
  * x, dt, y:(B,T,E)  A:(E,N)  Bm, Cm:(B,T,N)  D:(E)|NULL.  h_out:(B,E,N)|NULL receives H_T.
  * dt is used as given (post-softplus); y must not alias the inputs. Scratch (kscratch.h): forward
  * (2N+2)*64 floats per thread; backward (2TN + 3N + 5)*cw floats per thread (cw = channel block,
- * 64, narrowing to 16 as T*N grows) plus partials of B*E*(N+1) + 2*B*T*N*ceil(E/cw) floats. */
-void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *Bm,
-              const float *Cm, const float *D, int B, int T, int E, int N);
-void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const float *A,
+ * 64, narrowing to 16 as T*N grows) plus partials of B*E*(N+1) + 2*B*T*N*ceil(E/cw) floats.
+ * decay: NULL, or the table k_s6_decay made from the same dt and A. The exps are most of a scan's
+ * cost; a caller that runs several scans with the same dt and A (the FP-Mamba solve: x, Bm, Cm
+ * change from iteration to iteration, dt and A do not) takes them once. The same results as
+ * without it, to rounding (the fast kernels' table holds the values they would compute). */
+void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *decay,
+              const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N);
+void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *decay,
                   const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N);
+/* The decays of a scan, exp(dt[b,t,i]·A[i,j]), in the order the scans read them. The channels go
+ * in groups of K_S6_GROUP (g = i / K_S6_GROUP, lane l = i % K_S6_GROUP; the lanes past E are 0),
+ * the groups in blocks of K_S6_BLOCK channels; per sequence, block by block, token by token, the
+ * block's groups of that token, each N rows of K_S6_GROUP lanes:
+ *   a[b·T·G·N·S + k·T·4·N·S + t·n_k·N·S + q·N·S + j·S + l]   (S = K_S6_GROUP)
+ * for block k = i / K_S6_BLOCK, its q-th group, n_k = min(4, G − 4k) groups in it, G =
+ * ceil(E / S). a: k_s6_decay_floats(B, T, E, N) written. */
+#define K_S6_GROUP 16
+#define K_S6_BLOCK 64
+static inline size_t k_s6_decay_floats(int B, int T, int E, int N) {
+    return (size_t)B * T * ((size_t)(E + K_S6_GROUP - 1) / K_S6_GROUP) * K_S6_GROUP * N;
+}
+void k_s6_decay(float *a, const float *dt, const float *A, int B, int T, int E, int N);
+void k_s6_decay_ref(float *a, const float *dt, const float *A, int B, int T, int E, int N);
 /* Backward: dx, ddt:(B,T,E), dA:(E,N), dBm, dCm:(B,T,N), dD:(E) accumulate (+=), any may be NULL.
- * Recomputes the states (no per-step state is cached by the forward). */
+ * Recomputes the states (no per-step state is cached by the forward), exps included: read from
+ * a decay table instead, they cost as much or more (the table comes from L3 or memory while the
+ * states' workspace wants L2; `bench_kernels --only scan`). */
 void k_s6_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD, const float *dy,
               const float *x, const float *dt, const float *A, const float *Bm, const float *Cm,
               const float *D, int B, int T, int E, int N);

@@ -139,7 +139,20 @@ typedef struct {
     StepBufs ng;
     float *Y, *mscratch;
     float *rawfix;          /* the x share of the mixer projections during the solve | NULL */
+    float *decay;           /* the scan's decays exp(Δ A), k_s6_decay's table | NULL (see below) */
 } FwdScratch;
+
+/* Δ and A are fixed during a solve, so the scan's exps, most of its cost, are the same in every
+ * application of f: the forward takes them once (k_s6_decay, in prepare) and every scan reads
+ * them (`bench_kernels --only scan`, B 64, T 17, E 128, N 16, one thread, AVX-512: 718 us per
+ * scan taking them, 260 reading them, 692 once for the table). Up to this many floats (256 MiB,
+ * N floats per activation); above, each scan takes its own, as without the table, and the
+ * results are the same either way (the table holds the values the scan computes). */
+#define DECAY_MAX_FLOATS ((size_t)64 << 20)
+
+static int use_decay_table(const FpMambaCfg *c, int B, int T) {
+    return k_s6_decay_floats(B, T, c->E, c->N) <= DECAY_MAX_FLOATS;
+}
 
 /* The mixer input's fixed columns during a solve: p = [x ; s] → E, p = x → E (= dp);
  * 0 when the projections cannot be split (x + s, factorised or input-free mixers). */
@@ -154,6 +167,7 @@ static void carve_fwd_scratch(const FpMambaCfg *c, Carve *k, FwdScratch *s, int 
     s->Y = fpc_take(k, (size_t)M * c->E);
     s->mscratch = fpc_take(k, mixer_scratch_floats(&c->mix, M));
     s->rawfix = fixed_split(c, M) ? fpc_take(k, mixer_fixed_floats(&c->mix, M)) : NULL;
+    s->decay = use_decay_table(c, B, T) ? fpc_take(k, k_s6_decay_floats(B, T, c->E, c->N)) : NULL;
 }
 
 /* Backward temporaries. */
@@ -204,15 +218,16 @@ static void prepare(const FpMambaCfg *c, const FpMambaW *w, FwdCache *f, const f
 }
 
 /* One application of f on yin (B,T): fills s->... and s->y. mcache NULL = no-grad. */
-/* rawfix: the precomputed x share of the mixer projections (gradient-free solve iterations) | NULL. */
+/* rawfix: the precomputed x share of the mixer projections (gradient-free solve iterations) | NULL;
+ * decay: the scan's decays (FwdScratch) | NULL. */
 static void step_fwd(const FpMambaCfg *c, const FpMambaW *w, const FwdCache *f, StepBufs *s, const float *yin,
-                     const float *rawfix, float *mscratch, int B, int T) {
+                     const float *rawfix, const float *decay, float *mscratch, int B, int T) {
     int M = B * T, E = c->E, N = c->N;
     size_t ME = (size_t)M * E;
     fpc_mix_fwd(&c->mix, c->h_dep, c->symm, w->mixer, &s->mix, f->xc, f->xc, yin, rawfix, mscratch, B, T);
     fpc_bc_fwd(&s->bc, w->bc.W, s->mix.s, f->Bm, f->Cm, M, E, N, c->bc_norm, c->eps);
     float *o = c->glu_in_loop ? s->opre : s->o;
-    k_s6_fwd(o, NULL, s->mix.xt, f->dt, f->A, s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
+    k_s6_fwd(o, NULL, s->mix.xt, f->dt, f->A, decay, s->bc.bbar, s->bc.cbar, w->Dskip, B, T, E, N);
     if (c->glu_in_loop) k_swiglu_fwd(s->o, f->z, s->opre, ME); /* o = silu(z) opre */
     layernorm_fwd(s->y, s->ln, s->o, w->ln_w, w->ln_b, M, E, c->eps);
 }
@@ -277,8 +292,11 @@ static void carve_fwd(const void *cv, void *sv, Carve *kc, Carve *ks, int B, int
     s->b.ng_out = &s->sc.ng.y;
 }
 
-static void prepare_row(const void *c, const void *w, void *sv, const float *u, int B, int T) {
-    prepare(c, w, &((State *)sv)->f, u, B, T);
+static void prepare_row(const void *cv, const void *w, void *sv, const float *u, int B, int T) {
+    const FpMambaCfg *c = cv;
+    State *s = sv;
+    prepare(c, w, &s->f, u, B, T);
+    if (s->sc.decay) k_s6_decay(s->sc.decay, s->f.dt, s->f.A, B, T, c->E, c->N);
 }
 
 /* x is fixed during the solve: its share of the mixer projections is computed once */
@@ -294,7 +312,7 @@ static const float *step(const void *c, const void *w, void *sv, int k, const fl
                          int T) {
     State *s = sv;
     StepBufs *sb = k >= 0 ? &s->f.step[k] : &s->sc.ng;
-    step_fwd(c, w, &s->f, sb, yin, solve ? s->sc.rawfix : NULL, s->sc.mscratch, B, T);
+    step_fwd(c, w, &s->f, sb, yin, solve ? s->sc.rawfix : NULL, s->sc.decay, s->sc.mscratch, B, T);
     return sb->y;
 }
 

@@ -161,7 +161,7 @@ void mamba1_fwd(const Mamba1Cfg *c, const Mamba1W *w, float *y, const float *x, 
     k_conv1d_fwd(s.xa, k.xin, w->conv_w, w->conv_b, B, T, E, c->W);
     k_silu_fwd(s.xa, s.xa, M * E);
     proj_dt_fwd(c, w, &k, s.A, s.xa, M);
-    k_s6_fwd(k.o, state_out ? state_out + (size_t)B * E * c->W : NULL, s.xa, k.dt, s.A, k.bm, k.cm,
+    k_s6_fwd(k.o, state_out ? state_out + (size_t)B * E * c->W : NULL, s.xa, k.dt, s.A, NULL, k.bm, k.cm,
              w->Dskip, B, T, E, c->N);
     /* out = out_proj(silu(z) * o); the gated product goes into xa, dead after the scan */
     k_swiglu_fwd(s.xa, k.z, k.o, M * E);

@@ -22,6 +22,16 @@
  * Measured (1 thread, AVX-512, B 64, T 17, E 1024, N 16): fwd ~9 ms, bwd ~25 ms; the reference
  * takes ~65 and ~205 ms.
  *
+ * Decay table (k_s6_decay): the forward's exps, taken once for callers that scan repeatedly with
+ * the same dt and A (the FP-Mamba solve). It is laid out in the forward's order of reading, per
+ * sequence and block of 64 channels, token by token, 16-channel groups of N rows (kernels.h), so a
+ * block streams it front to back: with rows along all E channels a block read 4 KB, then skipped
+ * the rest of the token, and the prefetchers lost it at every page (B 12, T 64, E 512: 1.54 ms
+ * now against 2.1 with that layout and 1.95 taking the exps). The forward then does 3 FMAs and a
+ * load per state element (B 64, T 17, E 128, N 16: 260 us against 718). The backward does not
+ * read it: its recompute stores the decays next to the states in an L2-sized workspace, and
+ * copying them from the table (L3 or memory) cost as much as the exps or more.
+ *
  * Step: lanes along N (the state is (B,E,N) there); a work item is a sequence and 16 channels.
  * When N is whole vectors (<= 32) the channels go KV_W at a time and their readouts are summed
  * together (cpu/vecw.h; `bench_kernels --only step`, 1 thread, B 1, E 256, N 16: 2.53 -> 1.60 us
@@ -41,10 +51,16 @@
 #include "threading.h"
 
 #define CW_MAX 64
+/* The decay table's channel groups (kernels.h: K_S6_GROUP channels, N rows of them, per token). */
+#define GW K_S6_GROUP
+_Static_assert(CW_MAX == K_S6_BLOCK && CW_MAX % GW == 0, "a forward block is a block of the table");
 /* Per-thread backward buffer (H_t and a_t of a block) above which the block narrows, in floats. */
 #define BWD_BUF_FLOATS (128 * 1024)
 /* The team of a scan over B T E N state elements (threading.h); the backward is about three
  * forwards (recompute, reverse sweep, partial sums). */
+/* A pass that reads its decays from a k_s6_decay table costs about this share of one that takes
+ * the exps (bench_kernels' scan section). */
+#define S6_DEC_SHARE 0.3
 static int s6_team(int B, int T, int E, int N, double passes, long items) {
     return kt_team(passes * B * (double)T * E * N * KT_NS_SCAN_EXP, items);
 }
@@ -52,8 +68,6 @@ static int s6_team(int B, int T, int E, int N, double passes, long items) {
 static void check_dims(int B, int T, int E, int N) {
     CHECK(B >= 0 && T >= 0 && E > 0 && N > 0, "s6: bad dims B=%d T=%d E=%d N=%d", B, T, E, N);
 }
-
-static int imin(int a, int b) { return a < b ? a : b; }
 
 /* Block width of the backward: a function of (T, N) only, so the reduction order is fixed. */
 static int bwd_width(int T, int N) {
@@ -68,6 +82,61 @@ static void load_At(float *At, const float *A, int i0, int cw, int cs, int N) {
         for (int j = 0; j < N; j++) At[(size_t)j * cs + c] = A[(size_t)(i0 + c) * N + j];
 }
 
+/* ---- decays ---------------------------------------------------------------------------------- */
+
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Offset in the decay table (kernels.h) of sequence b, token t, the group of channel i0 (a
+ * multiple of GW), row 0; the groups after it in the same block follow at N GW floats each. */
+static size_t dec_at(int b, int t, int i0, int T, int E, int N) {
+    const size_t per = CW_MAX / GW, G = ((size_t)E + GW - 1) / GW, NS = (size_t)N * GW;
+    size_t g = (size_t)i0 / GW, k = g / per, nk = G - per * k < per ? G - per * k : per;
+    return ((size_t)b * T * G + k * T * per + (size_t)t * nk + g % per) * NS;
+}
+
+/* One sequence's decays in one block of channels [i0, i0 + cw), token by token: group q, row j,
+ * lane l = vexp(dt A) of channel i0 + q GW + l; Ag is A in the table's layout (0 past E), the
+ * padding lanes 0. */
+static void decay_block(float *table, const float *dt, const float *Ag, int b, int i0, int cw, int T, int E,
+                        int N) {
+    const int full = cw / GW;
+    for (int t = 0; t < T; t++) {
+        float *restrict a = table + dec_at(b, t, i0, T, E, N);
+        const float *restrict d = dt + ((size_t)b * T + t) * E + i0;
+        const float *restrict Ab = Ag + (size_t)i0 * N;
+        for (int q = 0; q < full; q++)
+            for (int j = 0; j < N; j++)
+                for (int l = 0; l < GW; l++) {
+                    size_t k = ((size_t)q * N + j) * GW + l;
+                    a[k] = vexp(d[q * GW + l] * Ab[k]);
+                }
+        if (full * GW < cw)
+            for (int j = 0; j < N; j++)
+                for (int l = 0; l < GW; l++) {
+                    size_t k = ((size_t)full * N + j) * GW + l;
+                    a[k] = full * GW + l < cw ? vexp(d[full * GW + l] * Ab[k]) : 0.f;
+                }
+    }
+}
+
+void k_s6_decay(float *a, const float *dt, const float *A, int B, int T, int E, int N) {
+    check_dims(B, T, E, N);
+    if (B == 0 || T == 0) return;
+    const size_t row = k_s6_decay_floats(1, 1, E, N);
+    float *Ag = kscratch_floats(KS_S6_WS, row);
+    for (size_t k = 0; k < row; k++) { /* A in the table's layout, one token's worth */
+        size_t g = k / ((size_t)N * GW), j = k / GW % (size_t)N, i = g * GW + k % GW;
+        Ag[k] = i < (size_t)E ? A[i * N + j] : 0.f;
+    }
+    const int nblk = (E + CW_MAX - 1) / CW_MAX, items = B * nblk;
+    KT_FOR(s6_team(B, T, E, N, 1.0, items),
+           for (int it = 0; it < items; it++) {
+               int b = it / nblk, i0 = (it % nblk) * CW_MAX;
+               decay_block(a, dt, Ag, b, i0, imin(CW_MAX, E - i0), T, E, N);
+           });
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* Per-thread forward workspace: h (N, CW_MAX), At (N, CW_MAX), u, acc, dt (CW_MAX each). */
@@ -76,6 +145,7 @@ static size_t fwd_ws_floats(int N) { return (2 * (size_t)N + 3) * CW_MAX; }
 /* Channels per inner chunk: the chunk's dt, dt x and readout stay in registers over the N states
  * (one AVX-512 vector, two AVX2 ones); only the state rows go through memory. */
 #define FWD_CHUNK 16
+_Static_assert(FWD_CHUNK == GW, "a forward chunk is one group of the table");
 
 /* One chunk of FWD_CHUNK channels at one t: H_j = exp(dt A_j) H_j + (dt x) B_j for every j, and
  * acc = sum_j C_j H_j. The same operations in the same order as a loop over c inside j. */
@@ -101,8 +171,32 @@ static void fwd_chunk(float *restrict h, const float *restrict At, float *restri
     for (int l = 0; l < FWD_CHUNK; l++) acc[l] = a[l];
 }
 
+/* fwd_chunk with the decays given: one group of k_s6_decay's table, row j at dec + j GW. The same
+ * operations on the same values, the exp taken out (vexp's bits, computed once). On GNU vectors:
+ * without the exp in the loop, gcc unrolled the 16 lanes and left them scalar. */
+#define GV (GW / KV_W)
+static void fwd_chunk_dec(float *restrict h, const float *restrict dec, float *restrict acc,
+                          const float *restrict uc, const float *restrict bm, const float *restrict cm, int N) {
+    kv_f a[GV], uv[GV];
+    for (int q = 0; q < GV; q++) {
+        a[q] = (kv_f){0};
+        uv[q] = kv_load(uc + q * KV_W);
+    }
+    for (int j = 0; j < N; j++) {
+        float bj = bm[j], cj = cm[j];
+        float *hj = h + (size_t)j * CW_MAX;
+        const float *ej = dec + (size_t)j * GW;
+        for (int q = 0; q < GV; q++) {
+            kv_f hv = kv_load(ej + q * KV_W) * kv_load(hj + q * KV_W) + uv[q] * bj;
+            kv_store(hj + q * KV_W, hv);
+            a[q] += cj * hv;
+        }
+    }
+    for (int q = 0; q < GV; q++) kv_store(acc + q * KV_W, a[q]);
+}
+
 static void fwd_block(float *ws, float *y, float *h_out, const float *x, const float *dt,
-                      const float *A, const float *Bm, const float *Cm, const float *D, int b,
+                      const float *A, const float *dec, const float *Bm, const float *Cm, const float *D, int b,
                       int i0, int cw, int T, int E, int N) {
     float *h = ws, *At = h + (size_t)N * CW_MAX, *u = At + (size_t)N * CW_MAX, *acc = u + CW_MAX,
           *dtb = acc + CW_MAX;
@@ -120,7 +214,14 @@ static void fwd_block(float *ws, float *y, float *h_out, const float *x, const f
             dtb[c] = dtt[c];
             u[c] = dtt[c] * xt[c];
         }
-        for (int c0 = 0; c0 < cwp; c0 += FWD_CHUNK) fwd_chunk(h + c0, At + c0, acc + c0, dtb + c0, u + c0, bm, cm, N);
+        if (dec) { /* the block's groups of the token, in order (a padding lane's decay is 0) */
+            const float *et = dec + dec_at(b, t, i0, T, E, N);
+            for (int c0 = 0; c0 < cwp; c0 += FWD_CHUNK)
+                fwd_chunk_dec(h + c0, et + (size_t)c0 * N, acc + c0, u + c0, bm, cm, N);
+        } else {
+            for (int c0 = 0; c0 < cwp; c0 += FWD_CHUNK)
+                fwd_chunk(h + c0, At + c0, acc + c0, dtb + c0, u + c0, bm, cm, N);
+        }
         float *yt = y + r;
         if (D)
             for (int c = 0; c < cw; c++) yt[c] = acc[c] + D[i0 + c] * xt[c];
@@ -133,8 +234,8 @@ static void fwd_block(float *ws, float *y, float *h_out, const float *x, const f
                 h_out[((size_t)b * E + i0 + c) * N + j] = h[(size_t)j * CW_MAX + c];
 }
 
-void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *Bm,
-              const float *Cm, const float *D, int B, int T, int E, int N) {
+void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *decay,
+              const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N) {
     check_dims(B, T, E, N);
     if (B == 0) return;
     if (T == 0) {
@@ -144,10 +245,10 @@ void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const flo
     const int nblk = (E + CW_MAX - 1) / CW_MAX, items = B * nblk;
     const size_t wsz = fwd_ws_floats(N);
     float *wsbuf = kscratch_floats(KS_S6_WS, wsz * (size_t)kt_max_threads());
-    KT_FOR(s6_team(B, T, E, N, 1.0, items),
+    KT_FOR(s6_team(B, T, E, N, decay ? S6_DEC_SHARE : 1.0, items),
     for (int it = 0; it < items; it++) {
         int b = it / nblk, i0 = (it % nblk) * CW_MAX;
-        fwd_block(wsbuf + wsz * (size_t)kt_thread_id(), y, h_out, x, dt, A, Bm, Cm, D, b, i0,
+        fwd_block(wsbuf + wsz * (size_t)kt_thread_id(), y, h_out, x, dt, A, decay, Bm, Cm, D, b, i0,
                   imin(CW_MAX, E - i0), T, E, N);
     });
 }

@@ -24,7 +24,30 @@ static void check_dims(int B, int T, int E, int N) {
     CHECK(B >= 0 && T >= 0 && E > 0 && N > 0, "s6: bad dims B=%d T=%d E=%d N=%d", B, T, E, N);
 }
 
-void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const float *A,
+/* Index of (sequence b, token t, channel i, state j) in a decay table (kernels.h). */
+static size_t decay_index(int b, int t, int i, int j, int T, int E, int N) {
+    const size_t S = K_S6_GROUP, per = K_S6_BLOCK / K_S6_GROUP, G = ((size_t)E + S - 1) / S;
+    size_t g = (size_t)i / S, k = g / per, q = g % per, n_k = G - per * k < per ? G - per * k : per;
+    return (size_t)b * T * G * N * S + k * T * per * N * S + (size_t)t * n_k * N * S + q * N * S + (size_t)j * S +
+           (size_t)i % S;
+}
+
+void k_s6_decay_ref(float *a, const float *dt, const float *A, int B, int T, int E, int N) {
+    check_dims(B, T, E, N);
+    memset(a, 0, sizeof(float) * k_s6_decay_floats(B, T, E, N)); /* the padding lanes */
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < E; i++)
+                for (int j = 0; j < N; j++)
+                    a[decay_index(b, t, i, j, T, E, N)] = expf(dt[((size_t)b * T + t) * E + i] * A[(size_t)i * N + j]);
+}
+
+/* exp(dt_t A[j]) of sequence b, token t, channel i: from the table when there is one */
+static float decay_at(const float *decay, float d, float Aij, int b, int t, int i, int j, int T, int E, int N) {
+    return decay ? decay[decay_index(b, t, i, j, T, E, N)] : expf(d * Aij);
+}
+
+void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const float *A, const float *decay,
                   const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N) {
     check_dims(B, T, E, N);
     float *h = malloc(sizeof(float) * (size_t)N); /* (N) running state of one channel */
@@ -39,7 +62,7 @@ void k_s6_fwd_ref(float *y, float *h_out, const float *x, const float *dt, const
                 float d = dt[r], xv = x[r];
                 double acc = 0;
                 for (int j = 0; j < N; j++) {
-                    h[j] = expf(d * Ai[j]) * h[j] + d * bm[j] * xv;
+                    h[j] = decay_at(decay, d, Ai[j], b, t, i, j, T, E, N) * h[j] + d * bm[j] * xv;
                     acc += (double)cm[j] * h[j];
                 }
                 if (D) acc += (double)D[i] * xv;
