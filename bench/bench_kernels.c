@@ -290,7 +290,7 @@ typedef struct { int B, E, N; float *y, *h, *x, *dt, *A, *Bm, *Cm, *D; } S6StepC
 
 static void run_s6_step(void *p) {
     S6StepCase *c = p;
-    k_s6_step(c->y, c->h, c->h, c->x, c->dt, c->A, c->Bm, c->Cm, c->D, c->B, c->E, c->N);
+    k_s6_step(c->y, c->h, c->h, c->x, c->dt, c->A, NULL, c->Bm, c->Cm, c->D, c->B, c->E, c->N);
 }
 
 typedef struct { int B, NH, HD, n; float *o, *q, *k, *v, *kc, *vc; } AttnStepCase;

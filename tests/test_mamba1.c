@@ -5,7 +5,8 @@
  *    non-zero values), step (in place, no commit), on odd sizes and sizes that cross the fast
  *    kernel's channel blocks and its narrower backward blocks; requesting a subset of the
  *    gradients gives the same bits; the decay table (k_s6_decay) against its reference, and the
- *    forwards given it against the forwards without it; bit-identity at 1 and 3 threads;
+ *    forwards given it against the forwards without it, and the same for the step's decays
+ *    (k_s6_step_decay); bit-identity at 1 and 3 threads;
  *  - the kernel's backward by 4-point finite differences and the directional test;
  *  - step x T == full sequence for the kernel, the layer (with the prefill state) and the model;
  *  - layer and model backward by finite differences (tests/gradcheck.h), the model with RMSNorm and
@@ -159,17 +160,34 @@ static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
     th_fill_normal(hin, n_h(&s), r, 1.f);
     th_fill_normal(xs, (size_t)B * E, r, 1.f);
     th_fill_uniform(ds, (size_t)B * E, r, 0.05f, 1.2f);
-    k_s6_step_ref(yr, hr, hin, xs, ds, s.A, s.Bm, s.Cm, D, B, E, N);
-    k_s6_step(yf, hf, hin, xs, ds, s.A, s.Bm, s.Cm, D, B, E, N);
+    k_s6_step_ref(yr, hr, hin, xs, ds, s.A, NULL, s.Bm, s.Cm, D, B, E, N);
+    k_s6_step(yf, hf, hin, xs, ds, s.A, NULL, s.Bm, s.Cm, D, B, E, N);
     e = fmax(th_rel_err(yf, yr, (size_t)B * E), th_rel_err(hf, hr, n_h(&s)));
     TH_CHECK(e <= 1e-5, "s6_step fast vs ref [%s]: rel err %.3g", shape, e);
     memcpy(hr, hin, n_h(&s) * sizeof(float));
-    k_s6_step(yn, NULL, hin, xs, ds, s.A, s.Bm, s.Cm, D, B, E, N);
+    k_s6_step(yn, NULL, hin, xs, ds, s.A, NULL, s.Bm, s.Cm, D, B, E, N);
     TH_CHECK(!memcmp(yn, yf, (size_t)B * E * sizeof(float)) && !memcmp(hr, hin, n_h(&s) * sizeof(float)),
              "s6_step: no-commit call differs or changed the state [%s]", shape);
-    k_s6_step(yn, hr, hr, xs, ds, s.A, s.Bm, s.Cm, D, B, E, N);
+    k_s6_step(yn, hr, hr, xs, ds, s.A, NULL, s.Bm, s.Cm, D, B, E, N);
     TH_CHECK(!memcmp(yn, yf, (size_t)B * E * sizeof(float)) && !memcmp(hr, hf, n_h(&s) * sizeof(float)),
              "s6_step: in-place commit differs [%s]", shape);
+    /* the step's decays: fast against reference; each step given them against the same step
+     * without (the fast pair to rounding: they hold the values the fast step computes) */
+    {
+        float *a0 = th_alloc(n_h(&s)), *a1 = th_alloc(n_h(&s)), *h2 = th_alloc(n_h(&s));
+        k_s6_step_decay_ref(a0, ds, s.A, B, E, N);
+        k_s6_step_decay(a1, ds, s.A, B, E, N);
+        e = th_rel_err(a1, a0, n_h(&s));
+        TH_CHECK(e <= 1e-6, "s6_step_decay fast vs ref [%s]: rel err %.3g", shape, e);
+        k_s6_step(yn, h2, hin, xs, ds, s.A, a1, s.Bm, s.Cm, D, B, E, N);
+        e = fmax(th_rel_err(yn, yf, (size_t)B * E), th_rel_err(h2, hf, n_h(&s)));
+        TH_CHECK(e <= 1e-6, "s6_step with the decays vs without [%s]: rel err %.3g", shape, e);
+        k_s6_step_ref(yn, h2, hin, xs, ds, s.A, a0, s.Bm, s.Cm, D, B, E, N);
+        e = fmax(th_rel_err(yn, yr, (size_t)B * E), th_rel_err(h2, hr, n_h(&s)));
+        /* hr was overwritten above by the in-place commit, the same bits as hf */
+        TH_CHECK(e <= 1e-5, "s6_step_ref with the decays vs the fast step [%s]: rel err %.3g", shape, e);
+        free(a0); free(a1); free(h2);
+    }
 
     /* step x T == fwd, both versions */
     for (int v = 0; v < 2; v++) {
@@ -181,8 +199,8 @@ static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
                 memcpy(bc + (size_t)b * N, s.Bm + ((size_t)b * T + t) * N, N * sizeof(float));
                 memcpy(bc + (size_t)(B + b) * N, s.Cm + ((size_t)b * T + t) * N, N * sizeof(float));
             }
-            if (v) k_s6_step(yf, st, st, xs, ds, s.A, bc, bc + (size_t)B * N, D, B, E, N);
-            else k_s6_step_ref(yf, st, st, xs, ds, s.A, bc, bc + (size_t)B * N, D, B, E, N);
+            if (v) k_s6_step(yf, st, st, xs, ds, s.A, NULL, bc, bc + (size_t)B * N, D, B, E, N);
+            else k_s6_step_ref(yf, st, st, xs, ds, s.A, NULL, bc, bc + (size_t)B * N, D, B, E, N);
             for (int b = 0; b < B; b++)
                 memcpy(seq + ((size_t)b * T + t) * E, yf + (size_t)b * E, E * sizeof(float));
         }
@@ -198,11 +216,12 @@ static void s6_parity(int B, int T, int E, int N, int useD, Rng *r) {
 /* Bit-identity of the fast kernels at 1 and 3 threads, at a size that runs them in parallel. */
 static void s6_threads(Rng *r) {
     S6In s = s6_new(3, 9, 700, 16, 1, r); /* the step goes parallel too */
-    float *dy = th_alloc(n_x(&s)), *out[2], *hin = th_alloc(n_h(&s)), *dec[2];
+    float *dy = th_alloc(n_x(&s)), *out[2], *hin = th_alloc(n_h(&s)), *dec[2], *sd[2];
     th_fill_normal(dy, n_x(&s), r, 1.f);
     th_fill_normal(hin, n_h(&s), r, 1.f);
     S6Grad g[2];
     size_t nf = n_x(&s) + n_h(&s), ns = (size_t)s.B * s.E + n_h(&s), nt = n_x(&s) + n_dec(&s);
+    size_t nsd = 2 * n_h(&s) + (size_t)s.B * s.E; /* step decays | step with them: y, h */
     int keep = k_get_threads();
     for (int run = 0; run < 2; run++) {
         th_bitid_threads(run ? 3 : th_thread_base());
@@ -214,7 +233,11 @@ static void s6_threads(Rng *r) {
         dec[run] = th_alloc(nt);
         k_s6_decay(dec[run] + n_x(&s), s.dt, s.A, s.B, s.T, s.E, s.N);
         k_s6_fwd(dec[run], NULL, s.x, s.dt, s.A, dec[run] + n_x(&s), s.Bm, s.Cm, s.D, s.B, s.T, s.E, s.N);
-        k_s6_step(out[run] + nf, out[run] + nf + (size_t)s.B * s.E, hin, s.x, s.dt, s.A, s.Bm, s.Cm, s.D, s.B,
+        sd[run] = th_alloc(nsd);
+        k_s6_step_decay(sd[run], s.dt, s.A, s.B, s.E, s.N);
+        k_s6_step(sd[run] + n_h(&s), sd[run] + n_h(&s) + (size_t)s.B * s.E, hin, s.x, s.dt, s.A, sd[run], s.Bm, s.Cm,
+                  s.D, s.B, s.E, s.N);
+        k_s6_step(out[run] + nf, out[run] + nf + (size_t)s.B * s.E, hin, s.x, s.dt, s.A, NULL, s.Bm, s.Cm, s.D, s.B,
                   s.E, s.N);
     }
     th_threads_restore(keep);
@@ -222,7 +245,9 @@ static void s6_threads(Rng *r) {
     TH_CHECK(!memcmp(g[0].all, g[1].all, g[0].n * sizeof(float)), "s6 bwd: %d vs 3 threads differ", th_thread_base());
     TH_CHECK(!memcmp(dec[0], dec[1], nt * sizeof(float)), "s6 decay table, fwd with it: %d vs 3 threads differ",
              th_thread_base());
-    for (int run = 0; run < 2; run++) { free(out[run]); free(g[run].all); free(dec[run]); }
+    TH_CHECK(!memcmp(sd[0], sd[1], nsd * sizeof(float)), "s6 step decays, step with them: %d vs 3 threads differ",
+             th_thread_base());
+    for (int run = 0; run < 2; run++) { free(out[run]); free(g[run].all); free(dec[run]); free(sd[run]); }
     free(dy); free(hin);
     s6_free(&s);
 }

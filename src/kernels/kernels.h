@@ -34,7 +34,7 @@
     X(softmax) X(xent_fwd) X(xent_bwd) X(silu_fwd) X(silu_bwd) X(swiglu_fwd) X(swiglu_bwd) \
     X(softplus) X(sigmoid) X(mul_sigmoid) X(mul_silu) X(neg_exp) X(mul_dsilu) X(mul_dsigmoid) X(mul_dsoftplus_out) \
     X(embed_fwd) X(embed_bwd) X(conv1d_fwd) X(conv1d_silu_fwd) X(conv1d_bwd) X(conv1d_step) \
-    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_decay) X(s6_fwd) X(s6_bwd) X(s6_step) X(rope_fwd) X(rope_bwd) \
+    X(ssd_fwd) X(ssd_bwd) X(ssd_step) X(s6_decay) X(s6_fwd) X(s6_bwd) X(s6_step) X(s6_step_decay) X(rope_fwd) X(rope_bwd) \
     X(attn_fwd) X(attn_bwd) X(attn_step) X(lstm_cell_fwd) X(lstm_cell_bwd) \
     X(delta_fwd) X(delta_bwd) X(delta_step) \
     X(adamw) X(sumsq) X(resid_rel_inf) X(resid_sumsq) X(axpby) X(copy_rows) X(zero) X(foreach)
@@ -321,12 +321,18 @@ void k_s6_bwd_ref(float *dx, float *ddt, float *dA, float *dBm, float *dCm, floa
                   const float *dy, const float *x, const float *dt, const float *A,
                   const float *Bm, const float *Cm, const float *D, int B, int T, int E, int N);
 /* One token: y:(B,E) written; h_in:(B,E,N) state after the previous tokens; h_out:(B,E,N)|NULL
- * new state (NULL = do not commit; may equal h_in). x, dt:(B,E); Bm, Cm:(B,N). */
+ * new state (NULL = do not commit; may equal h_in). x, dt:(B,E); Bm, Cm:(B,N). decay: NULL, or
+ * this token's exp(dt·A) from k_s6_step_decay (an FP-Mamba token's iterations share dt and A);
+ * the same results as without it, to rounding. */
 void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
-               const float *A, const float *Bm, const float *Cm, const float *D, int B, int E, int N);
+               const float *A, const float *decay, const float *Bm, const float *Cm, const float *D, int B,
+               int E, int N);
 void k_s6_step_ref(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
-                   const float *A, const float *Bm, const float *Cm, const float *D, int B, int E,
-                   int N);
+                   const float *A, const float *decay, const float *Bm, const float *Cm, const float *D,
+                   int B, int E, int N);
+/* One token's decays, in the state's layout: a[b,i,j] = exp(dt[b,i]·A[i,j]), a:(B,E,N) written. */
+void k_s6_step_decay(float *a, const float *dt, const float *A, int B, int E, int N);
+void k_s6_step_decay_ref(float *a, const float *dt, const float *A, int B, int E, int N);
 
 /* ---- rotary embedding (spec §1.5, rotate-half / NeoX layout) -------------------------------- */
 /* For token t at position p = pos0 + t, head-dim pairs (i, i+HD/2), i < HD/2, with

@@ -257,14 +257,14 @@ static void step_bwd(const FpMambaCfg *c, const FpMambaW *w, FpMambaW *dw, const
 /* ---- the row ------------------------------------------------------------------------------- */
 
 typedef struct {
-    const float *xc, *z, *p, *dt, *A, *bbar, *cbar, *H;
+    const float *xc, *z, *p, *dt, *A, *decay, *bbar, *cbar, *H;
     float *v, *xt, *o, *opre, *ln, *mscratch;
     const float *rawfix; /* the token's whole mixer projection (p is fixed per token) | NULL */
     float *Hout;         /* NULL in the inner iterations */
 } TokCtx;
 
 typedef struct {
-    float *xpre, *z, *xc, *dlow, *Bm, *Cm, *dtpre, *dt, *A, *s, *p, *v, *xt, *o, *opre, *ln, *Y, *y, *zs, *gy,
+    float *xpre, *z, *xc, *dlow, *Bm, *Cm, *dtpre, *dt, *A, *decay, *s, *p, *v, *xt, *o, *opre, *ln, *Y, *y, *zs, *gy,
         *mscratch, *rawfix;
 } TokBufs;
 
@@ -397,7 +397,7 @@ static void tok_f(const FpMambaCfg *c, const FpMambaW *w, TokCtx *t, float *out,
     size_t BE = (size_t)B * c->E;
     fpc_mix_apply(&c->mix, w->mixer, t->xt, t->v, t->p, t->rawfix, t->xc, y, B, t->mscratch);
     float *o = c->glu_in_loop ? t->opre : t->o;
-    k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->bbar, t->cbar, w->Dskip, B, c->E, c->N);
+    k_s6_step(o, t->Hout, t->H, t->xt, t->dt, t->A, t->decay, t->bbar, t->cbar, w->Dskip, B, c->E, c->N);
     if (c->glu_in_loop) k_swiglu_fwd(t->o, t->z, t->opre, BE);
     layernorm_fwd(out, NULL, t->o, w->ln_w, w->ln_b, B, c->E, c->eps);
 }
@@ -422,6 +422,7 @@ static void carve_tok(const void *cv, void *sv, Carve *k, int B) {
     t->dtpre = fpc_take(k, BE);
     t->dt = fpc_take(k, BE);
     t->A = fpc_take(k, (size_t)c->E * c->N);
+    t->decay = fpc_take(k, BE * c->N);
     t->s = fpc_take(k, BE);
     t->p = fpc_take(k, (size_t)B * c->dp);
     t->v = fpc_take(k, BE);
@@ -462,6 +463,7 @@ static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u
     k_linear_fwd(t->dtpre, t->dlow, w->dt_w, w->dt_b, B, R, E);
     k_softplus(t->dt, t->dtpre, NULL, B, E);
     k_neg_exp(t->A, w->A_log, (size_t)E * N); /* per token: E N exponentials, vectorised */
+    k_s6_step_decay(t->decay, t->dt, t->A, B, E, N); /* the token's iterations share them */
     /* s = y*_{t−1} is fixed during the token's iterations, and so are p, b̄, c̄ (in place of B, C) */
     memcpy(t->s, s->yprev, BE * sizeof(float));
     fpc_make_p(t->p, t->xc, t->s, B, E, c->h_dep, c->symm);
@@ -469,8 +471,8 @@ static void tok_prepare(const void *cv, const void *wv, void *sv, const float *u
     fpc_bc_fwd(&bc, w->bc.W, t->s, t->Bm, t->Cm, B, E, N, c->bc_norm, c->eps);
     /* p does not change during the token's iterations: project it once */
     if (t->rawfix) mixer_project_fixed(&c->mix, w->mixer, t->rawfix, t->p, c->dp, B);
-    s->tc = (TokCtx){t->xc, t->z, t->p, t->dt, t->A, t->Bm, t->Cm, H, t->v, t->xt, t->o, t->opre, t->ln,
-                     t->mscratch, t->rawfix, NULL};
+    s->tc = (TokCtx){t->xc, t->z, t->p, t->dt, t->A, t->decay, t->Bm, t->Cm, H, t->v, t->xt, t->o, t->opre,
+                     t->ln, t->mscratch, t->rawfix, NULL};
 }
 
 /* the final application commits the S6 state */

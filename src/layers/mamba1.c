@@ -276,7 +276,7 @@ void mamba1_step(const Mamba1Cfg *c, const Mamba1W *w, float *y, const float *x,
     k_conv1d_step(s.xa, state_out, state_in, k->xin, w->conv_w, w->conv_b, B, E, c->W);
     k_silu_fwd(s.xa, s.xa, (size_t)B * E);
     proj_dt_fwd(c, w, k, s.A, s.xa, (size_t)B);
-    k_s6_step(k->o, state_out ? state_out + conv_n : NULL, state_in + conv_n, s.xa, k->dt, s.A, k->bm,
+    k_s6_step(k->o, state_out ? state_out + conv_n : NULL, state_in + conv_n, s.xa, k->dt, s.A, NULL, k->bm,
               k->cm, w->Dskip, B, E, c->N);
     k_swiglu_fwd(s.xa, k->z, k->o, (size_t)B * E);
     k_linear_fwd(y, s.xa, w->out_proj, NULL, B, E, c->D);

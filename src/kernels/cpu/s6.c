@@ -568,21 +568,25 @@ void k_s6_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *d
 /* Channels of one step work item (the division b, i = r / E, r % E once per item, not per row). */
 #define STEP_CH 16
 
-/* One channel of the step: its N states (lanes along N), the new state into hn / ho, the readout. */
-static inline float step_channel(float *ho, const float *hi, const float *restrict Ai,
+/* One channel of the step: its N states (lanes along N), the new state into hn / ho, the readout.
+ * ei: the channel's decays (k_s6_step_decay) | NULL (taken here: the same values). */
+static inline float step_channel(float *ho, const float *hi, const float *restrict Ai, const float *restrict ei,
                                  const float *restrict bm, const float *restrict cm, float d, float u, int N) {
-    float acc[SL], hn[SL];
+    float acc[SL], hn[SL], e[SL];
     for (int l = 0; l < SL; l++) acc[l] = 0.f;
     int j = 0;
     for (; j + SL <= N; j += SL) {
+        if (ei) memcpy(e, ei + j, sizeof e);
+        else
+            for (int l = 0; l < SL; l++) e[l] = vexp(d * Ai[j + l]);
         /* all SL lanes read before any is written: h_out may be h_in */
-        for (int l = 0; l < SL; l++) hn[l] = vexp(d * Ai[j + l]) * hi[j + l] + u * bm[j + l];
+        for (int l = 0; l < SL; l++) hn[l] = e[l] * hi[j + l] + u * bm[j + l];
         for (int l = 0; l < SL; l++) acc[l] += cm[j + l] * hn[l];
         if (ho) memcpy(ho + j, hn, sizeof hn);
     }
     float s = 0.f;
     for (; j < N; j++) {
-        float h1 = vexp(d * Ai[j]) * hi[j] + u * bm[j];
+        float h1 = (ei ? ei[j] : vexp(d * Ai[j])) * hi[j] + u * bm[j];
         s += cm[j] * h1;
         if (ho) ho[j] = h1;
     }
@@ -599,14 +603,18 @@ static inline float step_channel(float *ho, const float *hi, const float *restri
  * are independent, so the unrolled group keeps the FMA units busy. ho may equal hi: every state is
  * read before it is written. */
 static inline __attribute__((always_inline)) void step_group(
-    float *yg, float *ho, const float *hi, const float *restrict Ag, const float *restrict bm,
-    const float *restrict cm, const float *restrict dg, const float *restrict xg,
+    float *yg, float *ho, const float *hi, const float *restrict Ag, const float *restrict eg,
+    const float *restrict bm, const float *restrict cm, const float *restrict dg, const float *restrict xg,
     const float *restrict Dg, const int N) {
-    float e[KV_W * STEP_GROUP_N]; /* the decays, one plain loop per channel: gcc vectorises it on
-                                    * every ISA (inside the unrolled group, AVX2 and SSE2 got scalar
-                                    * exps, 3.6x slower) */
-    for (int k = 0; k < KV_W; k++)
-        for (int l = 0; l < N; l++) e[k * N + l] = vexp(dg[k] * Ag[(size_t)k * N + l]);
+    float eloc[KV_W * STEP_GROUP_N]; /* the decays, one plain loop per channel: gcc vectorises it on
+                                       * every ISA (inside the unrolled group, AVX2 and SSE2 got
+                                       * scalar exps, 3.6x slower); or eg's, the same values */
+    const float *e = eg;
+    if (!eg) {
+        for (int k = 0; k < KV_W; k++)
+            for (int l = 0; l < N; l++) eloc[k * N + l] = vexp(dg[k] * Ag[(size_t)k * N + l]);
+        e = eloc;
+    }
     kv_f acc[KV_W];
 #pragma GCC unroll 16
     for (int j = 0; j < KV_W; j++) {
@@ -625,19 +633,38 @@ static inline __attribute__((always_inline)) void step_group(
     kv_store(yg, y);
 }
 
-static void step_group_any(float *yg, float *ho, const float *hi, const float *Ag, const float *bm,
-                           const float *cm, const float *dg, const float *xg, const float *Dg, int N) {
-    if (N == KV_W) step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, KV_W);
-    else if (N == 2 * KV_W) step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, 2 * KV_W);
-    else step_group(yg, ho, hi, Ag, bm, cm, dg, xg, Dg, N);
+static void step_group_any(float *yg, float *ho, const float *hi, const float *Ag, const float *eg,
+                           const float *bm, const float *cm, const float *dg, const float *xg, const float *Dg, int N) {
+    if (N == KV_W) step_group(yg, ho, hi, Ag, eg, bm, cm, dg, xg, Dg, KV_W);
+    else if (N == 2 * KV_W) step_group(yg, ho, hi, Ag, eg, bm, cm, dg, xg, Dg, 2 * KV_W);
+    else step_group(yg, ho, hi, Ag, eg, bm, cm, dg, xg, Dg, N);
 }
 
-void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
-               const float *A, const float *Bm, const float *Cm, const float *D, int B, int E, int N) {
+/* One sequence's decays for channels [c0, c1): vectorised along N. */
+static void step_decay_rows(float *restrict a, const float *restrict dt, const float *restrict A, int c0, int c1,
+                            int N) {
+    for (int i = c0; i < c1; i++)
+        for (int j = 0; j < N; j++) a[(size_t)i * N + j] = vexp(dt[i] * A[(size_t)i * N + j]);
+}
+
+void k_s6_step_decay(float *a, const float *dt, const float *A, int B, int E, int N) {
     check_dims(B, 1, E, N);
     const int nch = (E + STEP_CH - 1) / STEP_CH;
     const long items = (long)B * nch;
     KT_FOR(s6_team(B, 1, E, N, 1.0, items),
+    for (long it = 0; it < items; it++) {
+        int b = (int)(it / nch), c0 = (int)(it % nch) * STEP_CH;
+        step_decay_rows(a + (size_t)b * E * N, dt + (size_t)b * E, A, c0, imin(E, c0 + STEP_CH), N);
+    });
+}
+
+void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
+               const float *A, const float *decay, const float *Bm, const float *Cm, const float *D, int B, int E,
+               int N) {
+    check_dims(B, 1, E, N);
+    const int nch = (E + STEP_CH - 1) / STEP_CH;
+    const long items = (long)B * nch;
+    KT_FOR(s6_team(B, 1, E, N, decay ? S6_DEC_SHARE : 1.0, items),
     for (long it = 0; it < items; it++) {
         int b = (int)(it / nch), c0 = (int)(it % nch) * STEP_CH, c1 = imin(E, c0 + STEP_CH);
         const float *bm = Bm + (size_t)b * N, *cm = Cm + (size_t)b * N;
@@ -645,14 +672,14 @@ void k_s6_step(float *y, float *h_out, const float *h_in, const float *x, const 
         if (N % KV_W == 0 && N <= STEP_GROUP_N)
             for (; i + KV_W <= c1; i += KV_W) {
                 size_t r = (size_t)b * E + i;
-                step_group_any(y + r, h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm,
-                               cm, dt + r, x + r, D ? D + i : NULL, N);
+                step_group_any(y + r, h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N,
+                               decay ? decay + r * N : NULL, bm, cm, dt + r, x + r, D ? D + i : NULL, N);
             }
         for (; i < c1; i++) { /* the channels past the last group, and rows of other N */
             size_t r = (size_t)b * E + i;
             float d = dt[r];
-            float s = step_channel(h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N, bm, cm, d,
-                                   d * x[r], N);
+            float s = step_channel(h_out ? h_out + r * N : NULL, h_in + r * N, A + (size_t)i * N,
+                                   decay ? decay + r * N : NULL, bm, cm, d, d * x[r], N);
             y[r] = D ? s + D[i] * x[r] : s;
         }
     });

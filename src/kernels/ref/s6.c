@@ -131,9 +131,17 @@ void k_s6_bwd_ref(float *dx, float *ddt, float *dA, float *dBm, float *dCm, floa
     free(Hs); free(G); free(dBmd); free(dCmd); free(dAd);
 }
 
+void k_s6_step_decay_ref(float *a, const float *dt, const float *A, int B, int E, int N) {
+    check_dims(B, 1, E, N);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < E; i++)
+            for (int j = 0; j < N; j++)
+                a[((size_t)b * E + i) * N + j] = expf(dt[(size_t)b * E + i] * A[(size_t)i * N + j]);
+}
+
 void k_s6_step_ref(float *y, float *h_out, const float *h_in, const float *x, const float *dt,
-                   const float *A, const float *Bm, const float *Cm, const float *D, int B, int E,
-                   int N) {
+                   const float *A, const float *decay, const float *Bm, const float *Cm, const float *D,
+                   int B, int E, int N) {
     check_dims(B, 1, E, N);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < E; i++) {
@@ -143,7 +151,8 @@ void k_s6_step_ref(float *y, float *h_out, const float *h_in, const float *x, co
             float d = dt[r], xv = x[r];
             double acc = 0;
             for (int j = 0; j < N; j++) {
-                float hn = expf(d * Ai[j]) * hi[j] + d * bm[j] * xv;
+                float a = decay ? decay[r * N + j] : expf(d * Ai[j]);
+                float hn = a * hi[j] + d * bm[j] * xv;
                 acc += (double)cm[j] * hn;
                 if (h_out) h_out[r * N + j] = hn; /* h_out may be h_in: element j is read first */
             }
