@@ -56,11 +56,11 @@
 _Static_assert(CW_MAX == K_S6_BLOCK && CW_MAX % GW == 0, "a forward block is a block of the table");
 /* Per-thread backward buffer (H_t and a_t of a block) above which the block narrows, in floats. */
 #define BWD_BUF_FLOATS (128 * 1024)
-/* The team of a scan over B T E N state elements (threading.h); the backward is about three
- * forwards (recompute, reverse sweep, partial sums). */
 /* A pass that reads its decays from a k_s6_decay table costs about this share of one that takes
  * the exps (bench_kernels' scan section). */
 #define S6_DEC_SHARE 0.3
+/* The team of a scan over B T E N state elements (threading.h); the backward is about three
+ * forwards (recompute, reverse sweep, partial sums). */
 static int s6_team(int B, int T, int E, int N, double passes, long items) {
     return kt_team(passes * B * (double)T * E * N * KT_NS_SCAN_EXP, items);
 }
@@ -83,7 +83,6 @@ static void load_At(float *At, const float *A, int i0, int cw, int cs, int N) {
 }
 
 /* ---- decays ---------------------------------------------------------------------------------- */
-
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
