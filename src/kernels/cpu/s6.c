@@ -202,17 +202,22 @@ static void fwd_block(float *ws, float *y, float *h_out, const float *x, const f
     /* a narrow last block runs whole chunks: its padding lanes have A = 0, dt = 0, u = 0, so
      * their states stay 0 and nothing of them is written out */
     const int cwp = (cw + FWD_CHUNK - 1) / FWD_CHUNK * FWD_CHUNK;
-    memset(At, 0, sizeof(float) * (size_t)N * CW_MAX);
-    load_At(At, A, i0, cw, CW_MAX, N);
+    if (!dec) { /* A and dt feed the exps only: with a table they are not read */
+        memset(At, 0, sizeof(float) * (size_t)N * CW_MAX);
+        load_At(At, A, i0, cw, CW_MAX, N);
+    }
     memset(h, 0, sizeof(float) * (size_t)N * CW_MAX);
     for (int c = cw; c < cwp; c++) u[c] = dtb[c] = 0.f;
     for (int t = 0; t < T; t++) {
         size_t bt = (size_t)b * T + t, r = bt * E + i0;
         const float *xt = x + r, *dtt = dt + r, *bm = Bm + bt * N, *cm = Cm + bt * N;
-        for (int c = 0; c < cw; c++) {
-            dtb[c] = dtt[c];
-            u[c] = dtt[c] * xt[c];
-        }
+        if (dec)
+            for (int c = 0; c < cw; c++) u[c] = dtt[c] * xt[c];
+        else
+            for (int c = 0; c < cw; c++) {
+                dtb[c] = dtt[c];
+                u[c] = dtt[c] * xt[c];
+            }
         if (dec) { /* the block's groups of the token, in order (a padding lane's decay is 0) */
             const float *et = dec + dec_at(b, t, i0, T, E, N);
             for (int c0 = 0; c0 < cwp; c0 += FWD_CHUNK)
