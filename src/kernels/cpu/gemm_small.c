@@ -97,9 +97,9 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
 
 /* ---- dot form: C[i, j] = sum_k opA[i, k] W[j, k] ------------------------------------------- */
 
-/* The access order. The weight rows are read as DOT_S = 4 sequential streams far apart: a range
- * of n rows is cut into four runs of n / 4 adjacent rows, and one kernel call takes the next row
- * of each run, so each run is read front to back (the rows of a run are adjacent in memory). From
+/* The access order. The weight rows are read as S sequential streams far apart (S = dot_runs(M),
+ * 4 or 8, below): a range of n rows is cut into S runs of n / S adjacent rows, and one kernel call
+ * takes the next row of each run, so each run is read front to back (the rows of a run are adjacent in memory). From
  * DRAM the hardware prefetchers follow a few streams in distinct pages; they lost track of the
  * previous order, eight adjacent rows side by side (eight streams a row apart that restart every
  * eight rows), which ran at half the bandwidth. Measured on Zen 4 (AVX-512, one thread, loaded
@@ -147,19 +147,33 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
 
 /* Register budgets: MB x S accumulators plus the S loaded weight vectors fit the vector file
  * (32 zmm; 16 ymm / xmm), with at least 8 independent chains where the registers allow (FMA
- * latency x pipes; in L2 at M = 1, S = 4 ran 18% below S = 8). A product uses S = dot_runs(M)
+ * latency x pipes; in L2 at M = 1, S = 4 ran 18% below S = 8 with AVX-512, 19% with SSE2). A product uses S = dot_runs(M)
  * runs throughout; its rows of op(A) go MB_MAX at a time, the last ones through a narrower kernel
  * of the same S. */
-DEFINE_DOT(1, 8)
 DEFINE_DOT(1, 4)
 DEFINE_DOT(2, 4)
 #if defined(__AVX512F__)
+DEFINE_DOT(1, 8)
 DEFINE_DOT(2, 8) /* 16 accumulators + 8 weight vectors */
 DEFINE_DOT(4, 4) /* 16 accumulators; 8 loads per 16 FMAs */
 #define DOT_MB_MAX 4
+#define DOT_HAVE_1X8 1
 static int dot_runs(int M) { return M <= 2 ? 8 : 4; }
-#else
+#elif defined(__AVX2__)
+/* One row, AVX2: four runs, not eight. Eight 8-float streams read each cache line in two halves
+ * two steps apart, and ran slower at every size measured on Zen 4 with this build (one thread,
+ * `bench_kernels --only gemv`, GB/s of weights, eight runs / four): in L2 (K = N = 288) level
+ * (105 / 105), in L3 (768 x 768) 86 / 92, weights cycled as in generation 78-82 / 84-87 (7.6-10
+ * MiB) and 31 / 34 (72 MiB), the 110M model's 438 MB of weights 27 / 29.6. The sums are the
+ * same: each output is one chain either way. (With AVX-512 a step reads whole lines and eight
+ * runs stay ahead; SSE2 loses 19% in L2 with four and keeps eight.) */
 #define DOT_MB_MAX 2 /* no 4-row kernel in 16 registers: two rows at a time */
+#define DOT_HAVE_1X8 0
+static int dot_runs(int M) { (void)M; return 4; }
+#else
+DEFINE_DOT(1, 8)
+#define DOT_MB_MAX 2
+#define DOT_HAVE_1X8 1
 static int dot_runs(int M) { return M == 1 ? 8 : 4; }
 #endif
 
@@ -190,12 +204,16 @@ enum { DOT_CH = 512, DOT_MROWS = 16, DOT_YW = DOT_CH + DOT_S_MAX };
  * DOT_MB_MAX at a time. */
 static void dot_rows(const SmallArgs *g, int S, const float *w, size_t wstep, int n, float (*y)[DOT_YW], int t0) {
     size_t ldx = g->sai;
+    (void)S; /* only 4 where dot_runs never gives 8 */
     for (int i = 0; i < g->M;) {
         int m = imin(g->M - i, DOT_MB_MAX);
         const float *x = g->A + (size_t)i * ldx;
         float *out = &y[i][t0];
+#if DOT_HAVE_1X8
         if (S == 8 && m == 1) dot_1x8(g->K, x, ldx, 1, w, wstep, n, out, DOT_YW);
-        else if (m == 1) dot_1x4(g->K, x, ldx, 1, w, wstep, n, out, DOT_YW);
+        else
+#endif
+        if (m == 1) dot_1x4(g->K, x, ldx, 1, w, wstep, n, out, DOT_YW);
 #if DOT_MB_MAX == 4
         else if (S == 8) dot_2x8(g->K, x, ldx, 2, w, wstep, n, out, DOT_YW);
         else if (m > 2) dot_4x4(g->K, x, ldx, m, w, wstep, n, out, DOT_YW);
