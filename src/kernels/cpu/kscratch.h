@@ -30,7 +30,7 @@ typedef enum {
     KS_ATTN_WS, KS_ATTN_STEP, KS_ROPE,      /* attention workspaces, step scores, RoPE table */
     KS_NORM, KS_NORM_ROW,                   /* norm backward partial dw rows, per-thread row temp */
     KS_CONV_WT, KS_CONV_ACC,                /* conv1d transposed taps, parameter-gradient sums */
-    KS_S6_WS, KS_S6_PART,                   /* Mamba-1 scan: per-thread state blocks, gradient partials */
+    KS_S6_WS, KS_S6_PART, KS_S6_AT,         /* Mamba-1 scan: per-thread state blocks, gradient partials, A transposed */
     KS_COUNT
 } KsSlot;
 

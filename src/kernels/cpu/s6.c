@@ -76,10 +76,21 @@ static int bwd_width(int T, int N) {
     return cw;
 }
 
-/* At[j][c] = A[i0 + c][j] for c < cw (the block's A, transposed; row stride cs). */
-static void load_At(float *At, const float *A, int i0, int cw, int cs, int N) {
-    for (int c = 0; c < cw; c++)
-        for (int j = 0; j < N; j++) At[(size_t)j * cs + c] = A[(size_t)(i0 + c) * N + j];
+/* A (E, N) transposed to (N, E), once per call (every item of a call reads the same A): the
+ * items copied their block from A itself, one strided store per element, and with B items per
+ * block that was 1-2% of a Mamba-1 training step (`perf annotate`, m1_64). Strided reads, rows
+ * written in order. */
+static const float *transpose_A(const float *A, int E, int N) {
+    float *AT = kscratch_floats(KS_S6_AT, (size_t)E * N);
+    for (int j = 0; j < N; j++)
+        for (int i = 0; i < E; i++) AT[(size_t)j * E + i] = A[(size_t)i * N + j];
+    return AT;
+}
+
+/* At[j][c] = A[i0 + c][j] for c < cw (the block's A, transposed; row stride cs), from
+ * AT = transpose_A(A). */
+static void load_At(float *At, const float *AT, int i0, int cw, int cs, int E, int N) {
+    for (int j = 0; j < N; j++) memcpy(At + (size_t)j * cs, AT + (size_t)j * E + i0, sizeof(float) * (size_t)cw);
 }
 
 /* ---- decays ---------------------------------------------------------------------------------- */
@@ -195,7 +206,7 @@ static void fwd_chunk_dec(float *restrict h, const float *restrict dec, float *r
 }
 
 static void fwd_block(float *ws, float *y, float *h_out, const float *x, const float *dt,
-                      const float *A, const float *dec, const float *Bm, const float *Cm, const float *D, int b,
+                      const float *AT, const float *dec, const float *Bm, const float *Cm, const float *D, int b,
                       int i0, int cw, int T, int E, int N) {
     float *h = ws, *At = h + (size_t)N * CW_MAX, *u = At + (size_t)N * CW_MAX, *acc = u + CW_MAX,
           *dtb = acc + CW_MAX;
@@ -204,7 +215,7 @@ static void fwd_block(float *ws, float *y, float *h_out, const float *x, const f
     const int cwp = (cw + FWD_CHUNK - 1) / FWD_CHUNK * FWD_CHUNK;
     if (!dec) { /* A and dt feed the exps only: with a table they are not read */
         memset(At, 0, sizeof(float) * (size_t)N * CW_MAX);
-        load_At(At, A, i0, cw, CW_MAX, N);
+        load_At(At, AT, i0, cw, CW_MAX, E, N);
     }
     memset(h, 0, sizeof(float) * (size_t)N * CW_MAX);
     for (int c = cw; c < cwp; c++) u[c] = dtb[c] = 0.f;
@@ -249,10 +260,11 @@ void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const flo
     const int nblk = (E + CW_MAX - 1) / CW_MAX, items = B * nblk;
     const size_t wsz = fwd_ws_floats(N);
     float *wsbuf = kscratch_floats(KS_S6_WS, wsz * (size_t)kt_max_threads());
+    const float *AT = decay ? NULL : transpose_A(A, E, N); /* with a table, A is not read */
     KT_FOR(s6_team(B, T, E, N, decay ? S6_DEC_SHARE : 1.0, items),
     for (int it = 0; it < items; it++) {
         int b = it / nblk, i0 = (it % nblk) * CW_MAX;
-        fwd_block(wsbuf + wsz * (size_t)kt_thread_id(), y, h_out, x, dt, A, decay, Bm, Cm, D, b, i0,
+        fwd_block(wsbuf + wsz * (size_t)kt_thread_id(), y, h_out, x, dt, AT, decay, Bm, Cm, D, b, i0,
                   imin(CW_MAX, E - i0), T, E, N);
     });
 }
@@ -263,7 +275,7 @@ void k_s6_fwd(float *y, float *h_out, const float *x, const float *dt, const flo
 typedef struct {
     float *dx, *ddt;                    /* (B,T,E) += ; NULL ok */
     float *pA, *pD, *pB, *pC;           /* partials (see k_s6_bwd); NULL when not wanted */
-    const float *dy, *x, *dt, *A, *Bm, *Cm, *D;
+    const float *dy, *x, *dt, *AT, *Bm, *Cm, *D; /* AT: A transposed (transpose_A) */
     int T, E, N, cw, nblk;
 } Bwd;
 
@@ -472,7 +484,7 @@ static void bwd_block(const Bwd *v, float *ws, int b, int blk) {
     float *dAc = At + NC, *zero = dAc + NC, *u = zero + cs, *gs = u + cs, *gdt = gs + cs;
     float *dDc = gdt + cs, *lB = dDc + cs, *lC = lB + (size_t)N * VL, *tB = lC + (size_t)N * VL;
     float *tC = tB + N;
-    load_At(At, v->A, i0, cw, cs, N);
+    load_At(At, v->AT, i0, cw, cs, E, N);
     memset(zero, 0, sizeof(float) * (size_t)cs);
 
     /* recompute the block's states: Hs[t] = H_{t+1} in the kernels.h numbering, As[t] = a_t */
@@ -539,7 +551,7 @@ void k_s6_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *d
     size_t nBC = (size_t)B * nblk * T * N, nB = dBm ? nBC : 0, nC = dCm ? nBC : 0;
     float *part = kscratch_floats(KS_S6_PART, nA + nD + nB + nC);
     Bwd v = {dx, ddt, dA ? part : NULL, dD ? part + nA : NULL, dBm ? part + nA + nD : NULL,
-             dCm ? part + nA + nD + nB : NULL, dy, x, dt, A, Bm, Cm, D, T, E, N, cw, nblk};
+             dCm ? part + nA + nD + nB : NULL, dy, x, dt, transpose_A(A, E, N), Bm, Cm, D, T, E, N, cw, nblk};
     const size_t wsz = bwd_ws_floats(T, N, cw);
     float *wsbuf = kscratch_floats(KS_S6_WS, wsz * (size_t)kt_max_threads());
     KT_FOR(s6_team(B, T, E, N, 3.0, items),
