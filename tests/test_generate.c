@@ -240,6 +240,55 @@ static void test_explicit(Model *mamba, Model *llama) {
     greedy_vs_forward(llama, "llama (KV cache)");
 }
 
+/* Steps of tokens ids[0..n) from a new state; the last token's logits into out (m->V floats). */
+static void steps_logits(Model *m, const int *ids, int n, float *out) {
+    CHECK(model_state_init(m, 1) == 0, "%s", err_msg());
+    for (int i = 0; i < n; i++) CHECK(model_step(m, &ids[i], out) == 0, "%s", err_msg());
+}
+
+/* The explicit block LMs pack their weights for the steps of a generation (where the build reads
+ * one-row products from packed panels): state init packs them from θ, every forward drops them.
+ * So steps after a change of θ and a new state init follow the new weights (bit for bit what a
+ * model created with them computes), and steps after a forward still compute the same logits, by
+ * the unpacked path (another order of the same sums). */
+static void test_step_packs(const char *const *kv, const char *name) {
+    Model a, b;
+    make(&a, kv);
+    make(&b, kv);
+    const int ids[] = {104, 101, 108, 108, 111, 32, 116};
+    const int n = (int)(sizeof ids / sizeof ids[0]);
+    size_t V = (size_t)a.V;
+    float *before = malloc(sizeof(float) * V), *after = malloc(sizeof(float) * V);
+    float *fresh = malloc(sizeof(float) * V), *unpacked = malloc(sizeof(float) * V);
+    steps_logits(&a, ids, n, before);
+    model_init_params(&a, 12); /* new θ, in place */
+    steps_logits(&a, ids, n, after);
+    memcpy(b.params, a.params, sizeof(float) * a.tab.total);
+    steps_logits(&b, ids, n, fresh);
+    int same = !memcmp(after, fresh, sizeof(float) * V);
+    TH_CHECK(same, "%s: steps after new weights and a state init differ from a model created with those weights",
+             name);
+    TH_CHECK(memcmp(before, after, sizeof(float) * V), "%s: new weights left the steps' logits unchanged", name);
+    /* a forward between the state init and the steps */
+    CHECK(model_state_init(&a, 1) == 0, "%s", err_msg());
+    CHECK(model_fwd(&a, ids, NULL, 1, n, NULL) == 0, "%s", err_msg());
+    for (int i = 0; i < n; i++) CHECK(model_step(&a, &ids[i], unpacked) == 0, "%s", err_msg());
+    double worst = 0, scale = 0;
+    for (size_t v = 0; v < V; v++) {
+        double d = fabs((double)unpacked[v] - fresh[v]);
+        worst = d > worst ? d : worst;
+        scale = fabs(fresh[v]) > scale ? fabs(fresh[v]) : scale;
+    }
+    /* float sums of at most a few hundred terms in another order, through two layers */
+    TH_CHECK(worst <= 1e-4 * (scale > 1 ? scale : 1), "%s: steps after a forward differ by %.3g (largest logit %.3g)",
+             name, worst, scale);
+    printf("  %-16s steps after new weights: %s a fresh model's; after a forward: within %.2g\n", name,
+           same ? "the same bits as" : "NOT", worst);
+    free(before), free(after), free(fresh), free(unpacked);
+    model_free(&a);
+    model_free(&b);
+}
+
 /* Implicit Mamba2, converged tightly: greedy generation = argmax of a fresh sequential pass over
  * the same tokens, and the sequential logits match the simultaneous forward (duality). */
 static void test_implicit(void) {
@@ -597,6 +646,8 @@ int main(void) {
     float lm = train_on_text(&mamba, 300, 1e-2f), ll = train_on_text(&llama, 300, 1e-2f);
     printf("  trained on \"%s\": mamba2 loss %.3f, llama loss %.3f\n", TEXT, lm, ll);
     test_explicit(&mamba, &llama);
+    test_step_packs(mamba_kv, "mamba2");
+    test_step_packs(llama_kv, "llama");
     test_stream(&mamba);
     test_memory(&mamba);
     test_mc_parse();

@@ -91,6 +91,11 @@ void k_gemm_pb(int transA, int transB, int M, int N, int K, float alpha, const f
                const float *B, int ldb, const float *packed, float beta, float *C, int ldc);
 void k_gemm_pb_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, const float *packed, float beta, float *C, int ldc);
+/* Whether k_gemm_pb runs a one-row product of N columns on the packed panels (row 0 of the blocked
+ * GEMM, bit for bit) rather than streaming op(B) in place: panels mostly full, in AVX-512 builds,
+ * and in AVX2 and SSE2 builds only for op(B) = B (transB = 0). Where it does not, a pack serves
+ * one-row products nothing. */
+int k_gemm_pb_row_panels(int N, int transB);
 
 /* y = x @ W^T (+ b)          x:(M,C)  W:(OC,C)  b:(OC)|NULL  y:(M,OC)     writes y */
 void k_linear_fwd(float *y, const float *x, const float *W, const float *b, int M, int C, int OC);

@@ -25,10 +25,6 @@ void k_gemm_small(int transA, int transB, int M, int N, int K, float alpha, cons
 void k_gemm_packed(int transA, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *packed, float beta, float *C, int ldc);
 
-/* Whether k_gemm_pb runs a one-row product of N columns on the packed panels (row 0 of
- * k_gemm_packed, bit for bit) rather than on k_gemm's dot form: panels mostly full, in AVX-512
- * builds, and in AVX2 and SSE2 builds only for op(B) = B (transB = 0). */
-int k_gemm_pb_row_panels(int N, int transB);
 
 /* Which GEMM k_gemm runs for large products at the current thread count: "openblas" (BLAS build,
  * one thread, an OpenBLAS kernel of the build's class) or "builtin" (k_gemm_blocked: no BLAS, more
