@@ -247,10 +247,11 @@ static void steps_logits(Model *m, const int *ids, int n, float *out) {
 }
 
 /* The explicit block LMs pack their weights for the steps of a generation (where the build reads
- * one-row products from packed panels): state init packs them from θ, every forward drops them.
- * So steps after a change of θ and a new state init follow the new weights (bit for bit what a
- * model created with them computes), and steps after a forward still compute the same logits, by
- * the unpacked path (another order of the same sums). */
+ * one-row products from packed panels): state init packs them from θ, a forward that keeps caches
+ * for a backward drops them, an evaluation forward keeps them. So steps after a change of θ and a
+ * new state init follow the new weights (bit for bit what a model created with them computes),
+ * steps after an evaluation forward are those bits too, and steps after a training forward compute
+ * the same logits by the unpacked path (another order of the same sums). */
 static void test_step_packs(const char *const *kv, const char *name) {
     Model a, b;
     make(&a, kv);
@@ -269,9 +270,16 @@ static void test_step_packs(const char *const *kv, const char *name) {
     TH_CHECK(same, "%s: steps after new weights and a state init differ from a model created with those weights",
              name);
     TH_CHECK(memcmp(before, after, sizeof(float) * V), "%s: new weights left the steps' logits unchanged", name);
-    /* a forward between the state init and the steps */
+    /* an evaluation forward between the state init and the steps */
+    a.no_grad = 1;
     CHECK(model_state_init(&a, 1) == 0, "%s", err_msg());
     CHECK(model_fwd(&a, ids, NULL, 1, n, NULL) == 0, "%s", err_msg());
+    for (int i = 0; i < n; i++) CHECK(model_step(&a, &ids[i], unpacked) == 0, "%s", err_msg());
+    TH_CHECK(!memcmp(unpacked, fresh, sizeof(float) * V), "%s: an evaluation forward changed the steps' logits", name);
+    /* a forward that keeps caches for a backward */
+    a.no_grad = 0;
+    CHECK(model_state_init(&a, 1) == 0, "%s", err_msg());
+    CHECK(model_fwd(&a, ids, ids + 1, 1, n - 1, NULL) == 0, "%s", err_msg());
     for (int i = 0; i < n; i++) CHECK(model_step(&a, &ids[i], unpacked) == 0, "%s", err_msg());
     double worst = 0, scale = 0;
     for (size_t v = 0; v < V; v++) {
@@ -280,10 +288,10 @@ static void test_step_packs(const char *const *kv, const char *name) {
         scale = fabs(fresh[v]) > scale ? fabs(fresh[v]) : scale;
     }
     /* float sums of at most a few hundred terms in another order, through two layers */
-    TH_CHECK(worst <= 1e-4 * (scale > 1 ? scale : 1), "%s: steps after a forward differ by %.3g (largest logit %.3g)",
+    TH_CHECK(worst <= 1e-4 * (scale > 1 ? scale : 1), "%s: steps after a training forward differ by %.3g (largest logit %.3g)",
              name, worst, scale);
-    printf("  %-16s steps after new weights: %s a fresh model's; after a forward: within %.2g\n", name,
-           same ? "the same bits as" : "NOT", worst);
+    printf("  %-16s steps after new weights: %s a fresh model's; after a training forward: within %.2g\n",
+           name, same ? "the same bits as" : "NOT", worst);
     free(before), free(after), free(fresh), free(unpacked);
     model_free(&a);
     model_free(&b);

@@ -130,8 +130,9 @@ static void carve_masks(Model *m, Arena *a, int B, int T) {
  * pack would cost 48 MB and ~50 ms per sequence. So only models whose packs stay under
  * GEN_PACK_MAX_FLOATS (both forms, linear.h: twice the weights), and only in builds that read
  * one-row products x W^T from panels (AVX-512; elsewhere the pack serves them nothing). The packs
- * follow θ at state init; every forward drops them (it may precede an update), so steps after an
- * update need a new state init, as the other families' derived weights do. */
+ * follow θ at state init; a forward that keeps caches for a backward drops them (an update may
+ * follow it), an evaluation forward (no_grad) keeps them. Steps after an update need a new state
+ * init, as the other families' derived weights do. */
 #define GEN_PACK_MAX_FLOATS ((size_t)8 << 20) /* 32 MiB */
 
 static void begin_steps(Model *m, int B) {
@@ -149,12 +150,12 @@ static void drop_packs(Model *m) {
     for (int l = 0; l < m->cfg.n_layer; l++) block_pack(&lm->bc, &lm->w[l], NULL);
 }
 
-/* Before a forward: the packs go (see begin_steps), and the variational masks are drawn, one per
- * sequence and channel, shared over time (spec §1.7). */
+/* Before a forward: the packs go unless it is an evaluation forward (see begin_steps), and the
+ * variational masks are drawn, one per sequence and channel, shared over time (spec §1.7). */
 static void begin_fwd(Model *m, int B, int T) {
     (void)B, (void)T;
     BlockLm *lm = m->impl;
-    drop_packs(m);
+    if (!m->no_grad) drop_packs(m);
     if (!lm->masks) return;
     float p = (float)m->cfg.backbone_dropout;
     size_t n = (size_t)m->cfg.n_layer * lm->mask_per_layer;
