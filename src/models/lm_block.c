@@ -124,10 +124,10 @@ static void carve_masks(Model *m, Arena *a, int B, int T) {
 
 /* Weights packed for the steps of a generation: one-row products then read them as panels, one
  * stream front to back, where they otherwise stream each weight row in place as S runs of rows.
- * Measured on Zen 4 (AVX-512, one thread, `bench_lm`, alternated): lm_llama_gen +7-21%,
- * lm_mamba2_gen +12-13% (3-5 MB of weights, read from L3 every token); with the stories15M shapes
- * (24 MB of block weights next to a 37 MB classifier, read mostly from memory) level, where the
- * pack would cost 48 MB and ~50 ms per sequence. So only models whose packs stay under
+ * Measured on Zen 4 (AVX-512, one thread, `bench_lm`, four pairs alternated with the unpacked
+ * steps): lm_llama_gen +6-9%, lm_mamba2_gen +5-8% (3-5 MB of weights, read from L3 every token);
+ * with the stories15M shapes (24 MB of block weights next to a 37 MB classifier, read mostly from
+ * memory) level, where the packs would take 48 MB. So only models whose packs stay under
  * GEN_PACK_MAX_FLOATS (both forms, linear.h: twice the weights), and only in builds that read
  * one-row products x W^T from panels (AVX-512; elsewhere the pack serves them nothing). The packs
  * follow θ at state init; a forward that keeps caches for a backward drops them (an update may

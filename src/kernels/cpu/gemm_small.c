@@ -99,10 +99,10 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
 
 /* The access order. The weight rows are read as S sequential streams far apart (S = dot_runs(M),
  * 4 or 8, below): a range of n rows is cut into S runs of n / S adjacent rows, and one kernel call
- * takes the next row of each run, so each run is read front to back (the rows of a run are adjacent in memory). From
- * DRAM the hardware prefetchers follow a few streams in distinct pages; they lost track of the
- * previous order, eight adjacent rows side by side (eight streams a row apart that restart every
- * eight rows), which ran at half the bandwidth. Measured on Zen 4 (AVX-512, one thread, loaded
+ * takes the next row of each run, so each run is read front to back (the rows of a run are
+ * adjacent in memory). From DRAM the hardware prefetchers follow a few streams in distinct pages;
+ * they lost track of the previous order, eight adjacent rows side by side (eight streams a row
+ * apart that restart every eight rows), which ran at half the bandwidth. Measured on Zen 4 (AVX-512, one thread, loaded
  * machine, GB/s of weights, M = 1): 37 MB of rows with K = 288 (a 32000-word classifier), 8-16
  * eight rows side by side, 22-25 one row at a time, 26 in four runs; rows in L2 (N = K = 288)
  * 116 / 96 / 116: one row at a time leaves one chain to the FMA latency, four runs keep 4 MB
@@ -147,9 +147,9 @@ static inline void hsum4(vf a, vf b, vf c, vf d, float *out) {
 
 /* Register budgets: MB x S accumulators plus the S loaded weight vectors fit the vector file
  * (32 zmm; 16 ymm / xmm), with at least 8 independent chains where the registers allow (FMA
- * latency x pipes; in L2 at M = 1, S = 4 ran 18% below S = 8 with AVX-512, 19% with SSE2). A product uses S = dot_runs(M)
- * runs throughout; its rows of op(A) go MB_MAX at a time, the last ones through a narrower kernel
- * of the same S. */
+ * latency x pipes; in L2 at M = 1, S = 4 ran 18% below S = 8 with AVX-512, 19% with SSE2). A
+ * product uses S = dot_runs(M) runs throughout; its rows of op(A) go MB_MAX at a time, the last
+ * ones through a narrower kernel of the same S. */
 DEFINE_DOT(1, 4)
 DEFINE_DOT(2, 4)
 #if defined(__AVX512F__)
