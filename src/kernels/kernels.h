@@ -291,8 +291,9 @@ void k_ssd_step_ref(float *y, float *S_out, const float *S_in, const float *x, c
  *   y_t[i]   = Σ_j Cm_t[j]·H_t[i,j] + D[i]·x_t[i]
  * x, dt, y:(B,T,E)  A:(E,N)  Bm, Cm:(B,T,N)  D:(E)|NULL.  h_out:(B,E,N)|NULL receives H_T.
  * dt is used as given (post-softplus); y must not alias the inputs. Scratch (kscratch.h): forward
- * (2N+2)*64 floats per thread; backward (2TN + 3N + 5)*cw floats per thread (cw = channel block,
- * 64, narrowing to 16 as T*N grows) plus partials of B*E*(N+1) + 2*B*T*N*ceil(E/cw) floats.
+ * (2N+3)*64 floats per thread; backward (2TN + 3N + 5)*cw + 34N floats per thread (cw = channel
+ * block, 64, narrowing to 16 as T*N grows) plus partials of B*E*(N+1) + 2*B*T*N*ceil(E/cw)
+ * floats; both E*N for A transposed (not the forward given a decay table).
  * decay: NULL, or the table k_s6_decay made from the same dt and A. The exps are most of a scan's
  * cost; a caller that runs several scans with the same dt and A (the FP-Mamba solve: x, Bm, Cm
  * change from iteration to iteration, dt and A do not) takes them once. The same results as
